@@ -1,0 +1,3 @@
+from wanscope.cli import main
+
+main()

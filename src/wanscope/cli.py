@@ -1,0 +1,61 @@
+"""The ``wanscope`` command: a thin click group over the library.
+
+Commands are imported only when invoked (click's lazy-group pattern), so the analysis
+commands never import the engine's heavy dependencies (torch).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from wanscope.errors import WanscopeError
+
+# command name -> "module:attribute" of a click.Command
+COMMANDS = {
+    "analyze": "wanscope.analysis.cli:analyze",
+    "query": "wanscope.analysis.cli:query",
+    "schema": "wanscope.analysis.cli:schema",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="wanscope")
+def cli():
+    """wanscope: run Wan2.1 text-to-video fast and find out where GPU time goes."""
+
+
+def main(argv=None) -> None:
+    """Entry point: typed errors become one line on stderr and exit code 2, no traceback."""
+    try:
+        cli.main(args=argv, prog_name="wanscope", standalone_mode=False)
+    except WanscopeError as e:
+        click.echo(f"wanscope: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("wanscope: aborted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("wanscope: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)

@@ -1,0 +1,116 @@
+-- The canonical trace schema (see DESIGN.md). Every source is normalized into these
+-- tables once, at ingest; analyses never see source formats.
+-- Each column line ends with a comment "unit: description"; `wanscope schema` prints them.
+-- Times are integer nanoseconds on the source's own clock; end_ns >= start_ns always.
+
+CREATE TABLE sources (
+  source_id INTEGER,            -- -: index of the input file, in the order given
+  path VARCHAR,                 -- -: the file as given on the command line
+  format VARCHAR,               -- -: kineto or nsys
+  rank INTEGER,                 -- -: distributed rank of the file (distributedInfo.rank, else the file's position)
+  event_count BIGINT            -- count: trace events read from the file
+);
+
+CREATE TABLE kernels (
+  rank INTEGER,                 -- -: distributed rank
+  device INTEGER,               -- -: GPU index
+  stream BIGINT,                -- -: CUDA stream id (HIP stream for AMD traces)
+  start_ns BIGINT,              -- ns: kernel start on the GPU
+  end_ns BIGINT,                -- ns: kernel end on the GPU
+  dur_ns BIGINT,                -- ns: end_ns - start_ns
+  name VARCHAR,                 -- -: kernel name as recorded (demangled)
+  correlation BIGINT,           -- -: CUPTI correlation id, shared with the launching API call
+  pid BIGINT,                   -- -: host process that launched it (NULL when the launch is not in the trace)
+  grid INTEGER[],               -- blocks: grid size [x, y, z]
+  block INTEGER[],              -- threads: block size [x, y, z]
+  registers_per_thread INTEGER, -- registers: per thread, as compiled
+  shared_mem_bytes BIGINT       -- bytes: static + dynamic shared memory per block
+);
+
+CREATE TABLE memops (
+  kind VARCHAR,                 -- -: memcpy or memset
+  copy_kind VARCHAR,            -- -: HtoD, DtoH, DtoD, HtoH, PtoP, ... (NULL for memset)
+  bytes BIGINT,                 -- bytes: bytes copied or set
+  name VARCHAR,                 -- -: name as recorded, e.g. "Memcpy HtoD (Pageable -> Device)"
+  rank INTEGER,                 -- -: distributed rank
+  device INTEGER,               -- -: GPU index
+  stream BIGINT,                -- -: CUDA stream id
+  start_ns BIGINT,              -- ns: start on the GPU
+  end_ns BIGINT,                -- ns: end on the GPU
+  dur_ns BIGINT,                -- ns: end_ns - start_ns
+  correlation BIGINT,           -- -: CUPTI correlation id
+  pid BIGINT                    -- -: host process that issued it
+);
+
+CREATE TABLE api_calls (
+  kind VARCHAR,                 -- -: runtime or driver
+  name VARCHAR,                 -- -: call name, a trailing _v + 4 or more digits stripped
+  raw_name VARCHAR,             -- -: call name as recorded
+  rank INTEGER,                 -- -: distributed rank
+  pid BIGINT,                   -- -: host process
+  tid BIGINT,                   -- -: host thread
+  start_ns BIGINT,              -- ns: call entry on the host
+  end_ns BIGINT,                -- ns: call return on the host
+  dur_ns BIGINT,                -- ns: end_ns - start_ns
+  correlation BIGINT            -- -: CUPTI correlation id, shared with the GPU work it issued
+);
+
+CREATE TABLE cpu_ops (
+  id BIGINT,                    -- -: unique row id within the database
+  parent_id BIGINT,             -- -: id of the innermost enclosing op on the same thread (NULL at the top)
+  depth INTEGER,                -- levels: 0 for a top-level op
+  kind VARCHAR,                 -- -: aten, python, annotation, nvtx, or other host range
+  name VARCHAR,                 -- -: op name, Python frame "file.py(line): function", or range text
+  rank INTEGER,                 -- -: distributed rank
+  pid BIGINT,                   -- -: host process
+  tid BIGINT,                   -- -: host thread
+  start_ns BIGINT,              -- ns: range start on the host
+  end_ns BIGINT,                -- ns: range end on the host
+  dur_ns BIGINT,                -- ns: end_ns - start_ns
+  external_id BIGINT,           -- -: Kineto External id (links an aten op to the API calls it made; not a correlation id)
+  input_dims VARCHAR            -- -: recorded input shapes as JSON text (record_shapes=True), else NULL
+);
+
+CREATE TABLE steps (
+  rank INTEGER,                 -- -: distributed rank
+  step INTEGER,                 -- -: step number from the range name
+  name VARCHAR,                 -- -: range name, wanscope/step#k or ProfilerStep#N
+  pid BIGINT,                   -- -: host process
+  tid BIGINT,                   -- -: host thread that ran the step
+  start_ns BIGINT,              -- ns: CPU range start
+  end_ns BIGINT                 -- ns: CPU range end
+);
+
+CREATE TABLE cuda_syncs (
+  kind VARCHAR,                 -- -: what the GPU-side record says was waited on (stream, event, device, ...)
+  rank INTEGER,                 -- -: distributed rank
+  device INTEGER,               -- -: GPU index
+  stream BIGINT,                -- -: CUDA stream id
+  start_ns BIGINT,              -- ns: start
+  end_ns BIGINT,                -- ns: end
+  correlation BIGINT,           -- -: correlation id of the waiting API call
+  pid BIGINT                    -- -: host process
+);
+
+CREATE TABLE devices (
+  rank INTEGER,                 -- -: distributed rank
+  device INTEGER,               -- -: GPU index
+  name VARCHAR,                 -- -: GPU name
+  compute_capability VARCHAR,   -- -: major.minor
+  sm_count INTEGER,             -- SMs: streaming multiprocessors
+  total_memory_bytes BIGINT,    -- bytes: device memory
+  peak_bf16_tflops DOUBLE,      -- TFLOP/s: dense peak where known, else NULL
+  memory_bandwidth_gbps DOUBLE  -- GB/s: peak DRAM bandwidth where known, else NULL
+);
+
+CREATE TABLE meta (
+  source_id INTEGER,            -- -: input file the entry came from
+  key VARCHAR,                  -- -: e.g. producer, schema_version, cuda_runtime_version
+  value VARCHAR                 -- -: the value as text
+);
+
+CREATE TABLE ingest_warnings (
+  source_id INTEGER,            -- -: input file
+  kind VARCHAR,                 -- -: what was wrong with the records (no_timing, non_positive_duration, ...)
+  count BIGINT                  -- count: records of that kind, excluded from the analyses
+);

@@ -1,0 +1,168 @@
+"""Wan2.1 text-to-video configuration: frozen dataclasses and named presets.
+
+Every default of the engine lives here; the CLI reads its defaults from these objects.
+Sources: the official ``wan/configs/shared_config.py`` and ``wan_t2v_*.py`` (Wan-Video/Wan2.1),
+and the ``config.json`` files of the published checkpoints (official and diffusers layouts).
+No torch import: the analysis side may read presets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from wanscope.errors import UsageError
+
+# The official T2V default negative prompt (wan/configs/shared_config.py, sample_neg_prompt).
+OFFICIAL_NEGATIVE_PROMPT = (
+    "色调艳丽，过曝，静态，细节模糊不清，字幕，风格，作品，画作，画面，静止，整体发灰，最差质量，"
+    "低质量，JPEG压缩残留，丑陋的，残缺的，多余的手指，画得不好的手部，画得不好的脸部，畸形的，"
+    "毁容的，形态畸形的肢体，手指融合，静止不动的画面，杂乱的背景，三条腿，背景人很多，倒着走"
+)
+
+
+@dataclass(frozen=True)
+class DiTConfig:
+    """The diffusion transformer (``WanModel`` in the official code).
+
+    ``qk_norm`` is RMSNorm over all heads together (``dim`` features), ``cross_attn_norm`` an
+    affine LayerNorm before cross-attention; RoPE splits the head dim into frame/height/width
+    parts of ``head_dim - 4*(head_dim//6)``, ``2*(head_dim//6)``, ``2*(head_dim//6)`` real
+    features (official ``model.py``).
+    """
+
+    dim: int = 1536
+    num_layers: int = 30
+    num_heads: int = 12
+    ffn_dim: int = 8960
+    freq_dim: int = 256
+    text_len: int = 512
+    text_dim: int = 4096
+    patch_size: tuple[int, int, int] = (1, 2, 2)
+    in_channels: int = 16
+    out_channels: int = 16
+    eps: float = 1e-6
+    qk_norm: bool = True
+    cross_attn_norm: bool = True
+    rope_theta: float = 10000.0
+    rope_max_len: int = 1024
+    # Residual stream in fp32 (official WanModel under autocast) or in the model dtype
+    # (diffusers). Irrelevant in fp32; benchmarks/dit_forward.py measures both in bf16.
+    fp32_residual: bool = True
+
+    def __post_init__(self):
+        if self.dim % self.num_heads or (self.dim // self.num_heads) % 2:
+            raise UsageError(f"dim {self.dim} must split into {self.num_heads} heads of even size")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.num_heads
+
+    @property
+    def rope_split(self) -> tuple[int, int, int]:
+        """Real features of the head dim rotated by frame, height and width position."""
+        hw = 2 * (self.head_dim // 6)
+        return (self.head_dim - 2 * hw, hw, hw)
+
+
+@dataclass(frozen=True)
+class TextEncoderConfig:
+    """The UMT5 encoder (official ``t5.py`` ``umt5_xxl``: 24 layers, 64 heads, gated-GELU FFN,
+    one relative-position table per layer, 32 buckets, max distance 128)."""
+
+    vocab_size: int = 256384
+    dim: int = 4096
+    ffn_dim: int = 10240
+    num_heads: int = 64
+    head_dim: int = 64
+    num_layers: int = 24
+    num_buckets: int = 32
+    max_distance: int = 128
+    eps: float = 1e-6
+
+
+@dataclass(frozen=True)
+class VAEConfig:
+    """The Wan2.1 causal 3-D VAE (official ``vae2_1.py``; diffusers ``AutoencoderKLWan``).
+
+    ``latents_mean``/``latents_std`` are the per-channel statistics the DiT latents are
+    normalized with (official ``vae2_1.py`` ``WanVAE.mean``/``std``).
+    """
+
+    base_dim: int = 96
+    z_dim: int = 16
+    dim_mult: tuple[int, ...] = (1, 2, 4, 4)
+    num_res_blocks: int = 2
+    temporal_downsample: tuple[bool, ...] = (False, True, True)
+    stride: tuple[int, int, int] = (4, 8, 8)
+    latents_mean: tuple[float, ...] = (
+        -0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
+        0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921,
+    )  # fmt: skip
+    latents_std: tuple[float, ...] = (
+        2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
+        3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Sampling defaults of the official T2V code (``generate.py``/``text2video.py``, Wan2.1):
+    50 UniPC steps, guidance 5.0, flow shift 5.0, 81 frames at 832x480, 16 fps."""
+
+    steps: int = 50
+    guidance: float = 5.0
+    shift: float = 5.0
+    frames: int = 81
+    height: int = 480
+    width: int = 832
+    solver: str = "unipc"  # "unipc" | "euler"
+    cfg: str = "sequential"  # "sequential" | "batched": cond and uncond as one B=2 forward
+    seed: int = 0
+    fps: int = 16
+    negative_prompt: str = OFFICIAL_NEGATIVE_PROMPT
+    num_train_timesteps: int = 1000
+
+
+@dataclass(frozen=True)
+class WanConfig:
+    """One model: DiT, text encoder, VAE and sampling defaults."""
+
+    name: str
+    dit: DiTConfig = field(default_factory=DiTConfig)
+    text_encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)
+    vae: VAEConfig = field(default_factory=VAEConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+
+PRESETS: dict[str, WanConfig] = {
+    "wan2.1-t2v-1.3b": WanConfig(name="wan2.1-t2v-1.3b"),
+    "wan2.1-t2v-14b": WanConfig(
+        name="wan2.1-t2v-14b",
+        dit=DiTConfig(dim=5120, num_layers=40, num_heads=40, ffn_dim=13824),
+    ),
+    # For tests and CPU smoke runs: every code path of the real model at toy sizes.
+    "tiny": WanConfig(
+        name="tiny",
+        dit=DiTConfig(
+            dim=64, num_layers=2, num_heads=2, ffn_dim=128, freq_dim=32, text_len=16, text_dim=32
+        ),
+        text_encoder=TextEncoderConfig(
+            vocab_size=384, dim=32, ffn_dim=64, num_heads=4, head_dim=8, num_layers=2
+        ),
+        vae=VAEConfig(base_dim=8),
+        sampling=SamplingConfig(steps=4, frames=5, height=64, width=64),
+    ),
+}
+
+
+def get_preset(name: str, **dit_overrides) -> WanConfig:
+    """The preset ``name``, with optional ``DiTConfig`` field overrides.
+
+    Raises:
+        UsageError: unknown preset name (the message lists the known ones).
+    """
+    try:
+        cfg = PRESETS[name]
+    except KeyError:
+        raise UsageError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}") from None
+    return replace(cfg, dit=replace(cfg.dit, **dit_overrides)) if dit_overrides else cfg

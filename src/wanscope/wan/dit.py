@@ -1,0 +1,325 @@
+"""The Wan2.1 diffusion transformer (DiT), our implementation.
+
+Architecture and constants follow the official ``wan/modules/model.py`` (``WanModel``) and
+the Wan2.1 report (arXiv:2503.20314): a 1x2x2 patch embedding, a sinusoidal time embedding
+projected to six adaLN modulation vectors per block, self-attention with RMSNorm on q and k
+(across heads) and 3-D RoPE, cross-attention to the text tokens, a tanh-GELU FFN, and an
+output head with two-way modulation. Parameter names are the official checkpoint keys, so
+the official layout loads without renaming (``weights.py`` maps the diffusers layout).
+
+Numerics (the one place they are stated). The accuracy reference is the official WanModel
+run entirely in fp32. In a low-precision ``dtype`` (bf16) the linear layers, convolution and
+attention run in ``dtype``; these stay fp32 as in the reference (its ``autocast(float32)``
+regions and ``.float()`` calls):
+
+* the time embedding: sinusoid computed in fp64, its MLP and the 6-way projection in fp32;
+* the modulation tables, shift/scale/gate arithmetic and LayerNorm/RMSNorm statistics;
+* the RoPE tables (built in fp64, applied in fp32);
+* the output head (norm, modulation and final linear: a dim x 64 matmul, negligible cost).
+
+The residual stream is fp32 when ``DiTConfig.fp32_residual`` (official: block outputs are added
+to an fp32 stream) and ``dtype`` otherwise (diffusers: each add is done in fp32 and rounded).
+``benchmarks/dit_forward.py`` reports each choice's relative L2 error against the fp32 model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from wanscope.wan import ranges
+from wanscope.wan.attention import AttentionBackend, attention
+from wanscope.wan.config import DiTConfig
+
+# Parameters kept in fp32 whatever the model dtype (see the module docstring).
+_FP32_PARTS = ("time_embedding.", "time_projection.", "modulation", "norm", "head.head.")
+
+
+def keeps_fp32(name: str) -> bool:
+    """Whether parameter ``name`` (official layout) stays fp32 in a low-precision model."""
+    return any(part in name for part in _FP32_PARTS)
+
+
+def sinusoidal_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """Timestep embedding ``[cos(t w_i), sin(t w_i)]``, ``w_i = 10000^(-i/(dim/2))``.
+
+    Source: official ``model.py`` ``sinusoidal_embedding_1d`` (computed in fp64 there too).
+
+    Args:
+        t: [B] timesteps in [0, 1000], any float or int dtype.
+        dim: even embedding size.
+
+    Returns:
+        [B, dim] fp32.
+    """
+    half = dim // 2
+    freqs = torch.pow(10000.0, -torch.arange(half, dtype=torch.float64, device=t.device) / half)
+    angles = t.to(torch.float64)[:, None] * freqs  # [B, half]
+    return torch.cat([torch.cos(angles), torch.sin(angles)], dim=1).float()
+
+
+def rope_tables(
+    cfg: DiTConfig, grid: tuple[int, int, int], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cosine and sine tables of the 3-D rotary embedding for a token grid.
+
+    The head dim's pairs are split into frame, height and width groups (``cfg.rope_split``);
+    a group of ``d`` real features at position ``p`` rotates pair ``j`` by
+    ``p * theta^(-2j/d)`` (official ``model.py`` ``rope_params``/``rope_apply``).
+
+    Args:
+        grid: (F, H, W) in patches.
+
+    Returns:
+        cos, sin: each [L, 1, D/2] fp32, L = F*H*W, built in fp64.
+    """
+    angles = []
+    for n, d in zip(grid, cfg.rope_split):
+        inv = cfg.rope_theta ** (-torch.arange(0, d, 2, dtype=torch.float64, device=device) / d)
+        angles.append(torch.arange(n, dtype=torch.float64, device=device)[:, None] * inv)  # [n, d/2]
+    f, h, w = grid
+    table = torch.cat(
+        [
+            angles[0][:, None, None, :].expand(f, h, w, -1),
+            angles[1][None, :, None, :].expand(f, h, w, -1),
+            angles[2][None, None, :, :].expand(f, h, w, -1),
+        ],
+        dim=-1,
+    ).reshape(f * h * w, 1, -1)  # [L, 1, D/2]
+    return torch.cos(table).float(), torch.sin(table).float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate consecutive feature pairs ``(x[2j], x[2j+1])`` of every head, in fp32.
+
+    Args:
+        x: [B, L, N, D]; cos, sin: [L, 1, D/2] fp32.
+
+    Returns:
+        [B, L, N, D] in the dtype of ``x``.
+    """
+    pairs = x.float().unflatten(-1, (-1, 2))  # [B, L, N, D/2, 2]
+    x0, x1 = pairs[..., 0], pairs[..., 1]
+    out = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1)  # [B, L, N, D/2, 2]
+    return out.flatten(-2).type_as(x)  # [B, L, N, D]
+
+
+def layer_norm(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+    """LayerNorm computed in fp32; returns fp32."""
+    return F.layer_norm(x.float(), norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+
+def modulate(x: torch.Tensor, norm: nn.LayerNorm, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """adaLN: ``LN(x) * (1 + scale) + shift`` in fp32. x: [B, L, dim]; shift, scale: [B, dim]."""
+    return layer_norm(x, norm) * (1 + scale[:, None]) + shift[:, None]
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm over the last dim, statistics and weight in fp32, output in the input dtype."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x.float(), self.weight.shape, self.weight, self.eps).type_as(x)
+
+
+class Attention(nn.Module):
+    """Multi-head attention with RMSNorm on q and k across all heads (``dim`` features)."""
+
+    def __init__(self, cfg: DiTConfig):
+        super().__init__()
+        self.num_heads = cfg.num_heads
+        self.q = nn.Linear(cfg.dim, cfg.dim)
+        self.k = nn.Linear(cfg.dim, cfg.dim)
+        self.v = nn.Linear(cfg.dim, cfg.dim)
+        self.o = nn.Linear(cfg.dim, cfg.dim)
+        self.norm_q = RMSNorm(cfg.dim, cfg.eps) if cfg.qk_norm else nn.Identity()
+        self.norm_k = RMSNorm(cfg.dim, cfg.eps) if cfg.qk_norm else nn.Identity()
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor | None,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+        backend: AttentionBackend,
+    ) -> torch.Tensor:
+        """x: [B, L, dim]; context: [B, Lc, dim] (cross-attention) or None (self-attention);
+        rope: (cos, sin) for self-attention. Returns [B, L, dim] in the dtype of ``x``."""
+        kv = x if context is None else context
+        q = self.norm_q(self.q(x)).unflatten(-1, (self.num_heads, -1))  # [B, L, N, D]
+        k = self.norm_k(self.k(kv)).unflatten(-1, (self.num_heads, -1))  # [B, Lk, N, D]
+        v = self.v(kv).unflatten(-1, (self.num_heads, -1))  # [B, Lk, N, D]
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        return self.o(attention(q, k, v, backend).flatten(2))  # [B, L, dim]
+
+
+class Block(nn.Module):
+    """One DiT block: modulated self-attention, cross-attention, modulated FFN.
+
+    ``norm3`` is the cross-attention norm and ``norm2`` the FFN norm, as in the official
+    layout (diffusers swaps the two names).
+    """
+
+    def __init__(self, cfg: DiTConfig):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(cfg.dim, cfg.eps, elementwise_affine=False)
+        self.self_attn = Attention(cfg)
+        self.norm3 = (
+            nn.LayerNorm(cfg.dim, cfg.eps, elementwise_affine=True) if cfg.cross_attn_norm else None
+        )
+        self.cross_attn = Attention(cfg)
+        self.norm2 = nn.LayerNorm(cfg.dim, cfg.eps, elementwise_affine=False)
+        self.ffn = nn.Sequential(
+            nn.Linear(cfg.dim, cfg.ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(cfg.ffn_dim, cfg.dim)
+        )
+        self.modulation = nn.Parameter(torch.randn(1, 6, cfg.dim) / cfg.dim**0.5)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        e: torch.Tensor,
+        context: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        backend: AttentionBackend,
+    ) -> torch.Tensor:
+        """x: [B, L, dim] residual stream; e: [B, 6, dim] fp32 time projection;
+        context: [B, Lc, dim]. Returns [B, L, dim] in the dtype of ``x``."""
+        dtype = context.dtype
+        shift, scale, gate, c_shift, c_scale, c_gate = (self.modulation + e).unbind(1)  # [B, dim] fp32
+        with ranges.named_range(ranges.SELF_ATTN):
+            y = self.self_attn(modulate(x, self.norm1, shift, scale).to(dtype), None, rope, backend)
+            x = (x.float() + y * gate[:, None]).type_as(x)
+        with ranges.named_range(ranges.CROSS_ATTN):
+            h = x.to(dtype) if self.norm3 is None else layer_norm(x, self.norm3).to(dtype)
+            x = x + self.cross_attn(h, context, None, backend)
+        with ranges.named_range(ranges.FFN):
+            y = self.ffn(modulate(x, self.norm2, c_shift, c_scale).to(dtype))
+            x = (x.float() + y * c_gate[:, None]).type_as(x)
+        return x
+
+
+class Head(nn.Module):
+    """Output head: modulated LayerNorm then a linear to ``prod(patch) * out_channels``."""
+
+    def __init__(self, cfg: DiTConfig):
+        super().__init__()
+        self.norm = nn.LayerNorm(cfg.dim, cfg.eps, elementwise_affine=False)
+        self.head = nn.Linear(cfg.dim, math.prod(cfg.patch_size) * cfg.out_channels)
+        self.modulation = nn.Parameter(torch.randn(1, 2, cfg.dim) / cfg.dim**0.5)
+
+    def forward(self, x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+        """x: [B, L, dim]; e: [B, dim] fp32 time embedding. Returns [B, L, prod(patch)*C] fp32."""
+        shift, scale = (self.modulation + e[:, None]).unbind(1)  # [B, dim]
+        return self.head(modulate(x, self.norm, shift, scale))
+
+
+class WanDiT(nn.Module):
+    """Wan2.1 DiT: ``forward(latents, timestep, context) -> velocity``.
+
+    Same argument order and shapes as diffusers' ``WanTransformer3DModel``.
+
+    Args:
+        cfg: the architecture.
+        attention_backend: attention kernel for every attention call (settable later).
+    """
+
+    def __init__(self, cfg: DiTConfig, attention_backend: AttentionBackend = AttentionBackend.SDPA):
+        super().__init__()
+        self.cfg = cfg
+        self.attention_backend = attention_backend
+        self.patch_embedding = nn.Conv3d(
+            cfg.in_channels, cfg.dim, kernel_size=cfg.patch_size, stride=cfg.patch_size
+        )
+        self.text_embedding = nn.Sequential(
+            nn.Linear(cfg.text_dim, cfg.dim), nn.GELU(approximate="tanh"), nn.Linear(cfg.dim, cfg.dim)
+        )
+        self.time_embedding = nn.Sequential(
+            nn.Linear(cfg.freq_dim, cfg.dim), nn.SiLU(), nn.Linear(cfg.dim, cfg.dim)
+        )
+        self.time_projection = nn.Sequential(nn.SiLU(), nn.Linear(cfg.dim, 6 * cfg.dim))
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.head = Head(cfg)
+        self._rope_cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The compute dtype of the linear layers."""
+        return self.patch_embedding.weight.dtype
+
+    def set_dtype(self, dtype: torch.dtype) -> WanDiT:
+        """Cast to ``dtype`` in place, keeping the fp32 parameters (``keeps_fp32``) in fp32."""
+        for name, p in self.named_parameters():
+            p.data = p.data.to(torch.float32 if keeps_fp32(name) else dtype)
+        return self
+
+    def init_weights(self) -> WanDiT:
+        """Random weights for timing and tests (seed with ``torch.manual_seed``): Xavier-uniform
+        linears with zero bias and N(0, 0.02) text and time embeddings (official
+        ``init_weights``), except that the output head is Xavier too: the official zero head is
+        a training choice that would make every random-weight output the same constant. The
+        modulation tables keep their N(0, 1/dim) construction values."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+                nn.init.zeros_(m.bias)
+        nn.init.xavier_uniform_(self.patch_embedding.weight.flatten(1))
+        nn.init.zeros_(self.patch_embedding.bias)
+        for seq in (self.text_embedding, self.time_embedding):
+            for m in seq:
+                if isinstance(m, nn.Linear):
+                    nn.init.normal_(m.weight, std=0.02)
+        return self
+
+    def rope(self, grid: tuple[int, int, int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE tables for ``grid`` (F, H, W in patches), built once per grid and device."""
+        key = (*grid, device)
+        if key not in self._rope_cache:
+            self._rope_cache[key] = rope_tables(self.cfg, grid, device)
+        return self._rope_cache[key]
+
+    def forward(self, latents: torch.Tensor, timestep: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        """Predict the flow velocity.
+
+        Args:
+            latents: [B, C_in, F, H, W] (VAE latents; F, H, W divisible by the patch size).
+            timestep: [B] in [0, num_train_timesteps] (= 1000 * sigma).
+            context: [B, Lc, text_dim] text-encoder states, zero-padded to ``text_len`` as the
+                text encoder returns them (both references pad; the DiT attends to all Lc).
+
+        Returns:
+            [B, C_out, F, H, W] fp32.
+
+        Raises:
+            ValueError: latents with the wrong rank or channels, or not divisible by the patch.
+        """
+        cfg = self.cfg
+        if latents.ndim != 5 or latents.shape[1] != cfg.in_channels:
+            raise ValueError(f"latents must be [B, {cfg.in_channels}, F, H, W], got {tuple(latents.shape)}")
+        b, _, f, h, w = latents.shape
+        pt, ph, pw = cfg.patch_size
+        if f % pt or h % ph or w % pw:
+            raise ValueError(f"latent F, H, W {(f, h, w)} not divisible by patch {cfg.patch_size}")
+        grid = (f // pt, h // ph, w // pw)
+        dtype = self.dtype
+
+        x = self.patch_embedding(latents.to(dtype)).flatten(2).transpose(1, 2)  # [B, L, dim]
+        x = x.float() if cfg.fp32_residual else x.contiguous()
+        e = self.time_embedding(sinusoidal_embedding(timestep, cfg.freq_dim))  # [B, dim] fp32
+        e6 = self.time_projection(e).unflatten(1, (6, cfg.dim))  # [B, 6, dim] fp32
+        ctx = self.text_embedding(context.to(dtype))  # [B, Lc, dim]
+        rope = self.rope(grid, latents.device)
+
+        for block in self.blocks:
+            x = block(x, e6, ctx, rope, self.attention_backend)
+
+        out = self.head(x, e)  # [B, L, pt*ph*pw*C] fp32
+        out = out.view(b, *grid, pt, ph, pw, cfg.out_channels)  # [B, F, H, W, pt, ph, pw, C]
+        out = out.permute(0, 7, 1, 4, 2, 5, 3, 6)  # [B, C, F, pt, H, ph, W, pw]
+        return out.reshape(b, cfg.out_channels, f, h, w)  # [B, C, F, H, W]

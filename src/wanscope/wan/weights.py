@@ -1,0 +1,304 @@
+"""Checkpoint layouts and DiT weight loading (official and diffusers layouts).
+
+Layouts, as published:
+
+* official (Wan-Video/Wan2.1): ``config.json`` (``WanModel``: ``dim``, ``num_heads``, ...) and
+  ``diffusion_pytorch_model*.safetensors`` at the root, ``models_t5_umt5-xxl-enc-bf16.pth``,
+  ``Wan2.1_VAE.pth``, tokenizer in ``google/umt5-xxl/``;
+* diffusers (Wan-AI/Wan2.1-T2V-*-Diffusers): ``model_index.json`` and the folders
+  ``transformer/`` (``WanTransformer3DModel``), ``text_encoder/``, ``tokenizer/``, ``vae/``.
+
+Weights are read memory-mapped from safetensors (single file, or shards with an index) into a
+model built on the meta device, so a checkpoint is never held twice in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from wanscope.errors import InputError
+from wanscope.wan.config import DiTConfig
+from wanscope.wan.dit import WanDiT, keeps_fp32
+
+OFFICIAL_T5 = "models_t5_umt5-xxl-enc-bf16.pth"
+OFFICIAL_VAE = "Wan2.1_VAE.pth"
+OFFICIAL_TOKENIZER = "google/umt5-xxl"
+_DIT_WEIGHTS = "diffusion_pytorch_model"
+
+EXPECTED_FILES = (
+    f"official: config.json, {_DIT_WEIGHTS}*.safetensors, {OFFICIAL_T5}, {OFFICIAL_VAE}, "
+    f"{OFFICIAL_TOKENIZER}/; diffusers: model_index.json, transformer/, text_encoder/, tokenizer/, vae/"
+)
+
+
+@dataclass(frozen=True)
+class CheckpointLayout:
+    """Where each part of a checkpoint directory is.
+
+    Attributes:
+        kind: "official" or "diffusers".
+        dit: folder with the DiT's config.json and safetensors.
+        text_encoder: the official .pth file or the diffusers ``text_encoder/`` folder.
+        tokenizer: folder with the UMT5 tokenizer files.
+        vae: the official .pth file or the diffusers ``vae/`` folder.
+    """
+
+    kind: str
+    dit: Path
+    text_encoder: Path
+    tokenizer: Path
+    vae: Path
+
+
+def detect_layout(root: str | Path) -> CheckpointLayout:
+    """Recognize an official or diffusers Wan2.1 checkpoint directory.
+
+    Raises:
+        InputError: ``root`` is not a directory, or is neither layout (the message lists the
+            files each layout needs).
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise InputError(root, "not a directory")
+    if (root / "model_index.json").is_file() and (root / "transformer").is_dir():
+        layout = CheckpointLayout(
+            "diffusers", root / "transformer", root / "text_encoder", root / "tokenizer", root / "vae"
+        )
+    elif (root / "config.json").is_file() and any(root.glob(f"{_DIT_WEIGHTS}*.safetensors")):
+        layout = CheckpointLayout(
+            "official", root, root / OFFICIAL_T5, root / OFFICIAL_TOKENIZER, root / OFFICIAL_VAE
+        )
+    else:
+        raise InputError(root, f"not a Wan2.1 checkpoint; expected {EXPECTED_FILES}")
+    missing = [p.name for p in (layout.text_encoder, layout.tokenizer, layout.vae) if not p.exists()]
+    if missing:
+        raise InputError(root, f"{layout.kind} checkpoint lacks {', '.join(missing)}")
+    return layout
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object from ``path``.
+
+    Raises:
+        InputError: missing, unreadable or not a JSON object.
+    """
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise InputError(path, f"cannot read JSON ({e.__class__.__name__}: {e})") from None
+    if not isinstance(obj, dict):
+        raise InputError(path, "not a JSON object")
+    return obj
+
+
+def dit_config_from_json(path: Path) -> tuple[DiTConfig, str]:
+    """The DiT config and layout ("official" or "diffusers") from a checkpoint's config.json.
+
+    Raises:
+        InputError: neither layout's keys, or an image-conditioned (I2V) model.
+    """
+    c = read_json(path)
+    try:
+        if "num_attention_heads" in c:
+            if c.get("image_dim") or c.get("added_kv_proj_dim"):
+                raise InputError(path, "image-to-video models are not supported (image_dim is set)")
+            if c.get("qk_norm") not in ("rms_norm_across_heads", None):
+                raise InputError(path, f"qk_norm {c['qk_norm']!r} unsupported")
+            cfg = DiTConfig(
+                dim=c["num_attention_heads"] * c["attention_head_dim"],
+                num_layers=c["num_layers"],
+                num_heads=c["num_attention_heads"],
+                ffn_dim=c["ffn_dim"],
+                freq_dim=c.get("freq_dim", 256),
+                text_dim=c.get("text_dim", 4096),
+                patch_size=tuple(c.get("patch_size", (1, 2, 2))),
+                in_channels=c.get("in_channels", 16),
+                out_channels=c.get("out_channels") or c.get("in_channels", 16),
+                eps=c.get("eps", 1e-6),
+                qk_norm=c.get("qk_norm") is not None,
+                cross_attn_norm=c.get("cross_attn_norm", True),
+                rope_max_len=c.get("rope_max_seq_len", 1024),
+            )
+            return cfg, "diffusers"
+        if "num_heads" in c and "dim" in c:
+            if c.get("model_type", "t2v") != "t2v":
+                raise InputError(path, f"model_type {c['model_type']!r} unsupported (t2v only)")
+            cfg = DiTConfig(
+                dim=c["dim"],
+                num_layers=c["num_layers"],
+                num_heads=c["num_heads"],
+                ffn_dim=c["ffn_dim"],
+                freq_dim=c.get("freq_dim", 256),
+                text_len=c.get("text_len", 512),
+                text_dim=c.get("text_dim", 4096),
+                patch_size=tuple(c.get("patch_size", (1, 2, 2))),
+                in_channels=c.get("in_dim", 16),
+                out_channels=c.get("out_dim", 16),
+                eps=c.get("eps", 1e-6),
+                qk_norm=c.get("qk_norm", True),
+                cross_attn_norm=c.get("cross_attn_norm", True),
+            )
+            return cfg, "official"
+    except KeyError as e:
+        raise InputError(path, f"config lacks {e.args[0]!r}") from None
+    raise InputError(path, "neither an official WanModel nor a diffusers WanTransformer3DModel config")
+
+
+# diffusers key -> official key, applied in order (derived from the two published layouts;
+# diffusers names the cross-attention norm norm2 and the FFN norm norm3, official the reverse).
+_DIFFUSERS_TO_OFFICIAL = [
+    (r"^condition_embedder\.time_embedder\.linear_1\.", "time_embedding.0."),
+    (r"^condition_embedder\.time_embedder\.linear_2\.", "time_embedding.2."),
+    (r"^condition_embedder\.text_embedder\.linear_1\.", "text_embedding.0."),
+    (r"^condition_embedder\.text_embedder\.linear_2\.", "text_embedding.2."),
+    (r"^condition_embedder\.time_proj\.", "time_projection.1."),
+    (r"^scale_shift_table$", "head.modulation"),
+    (r"^proj_out\.", "head.head."),
+    (r"^(blocks\.\d+)\.scale_shift_table$", r"\1.modulation"),
+    (r"^(blocks\.\d+)\.attn1\.", r"\1.self_attn."),
+    (r"^(blocks\.\d+)\.attn2\.", r"\1.cross_attn."),
+    (r"\.to_q\.", ".q."),
+    (r"\.to_k\.", ".k."),
+    (r"\.to_v\.", ".v."),
+    (r"\.to_out\.0\.", ".o."),
+    (r"^(blocks\.\d+)\.norm2\.", r"\1.norm3."),
+    (r"^(blocks\.\d+)\.ffn\.net\.0\.proj\.", r"\1.ffn.0."),
+    (r"^(blocks\.\d+)\.ffn\.net\.2\.", r"\1.ffn.2."),
+]
+_DIFFUSERS_RULES = [(re.compile(p), r) for p, r in _DIFFUSERS_TO_OFFICIAL]
+
+
+def official_key(diffusers_key: str) -> str:
+    """The official-layout name of a diffusers ``WanTransformer3DModel`` parameter."""
+    for pattern, repl in _DIFFUSERS_RULES:
+        diffusers_key = pattern.sub(repl, diffusers_key)
+    return diffusers_key
+
+
+def safetensors_files(folder: Path, stem: str) -> list[Path]:
+    """The safetensors files of ``stem`` in ``folder``: the shards listed by
+    ``{stem}.safetensors.index.json`` if present, else ``{stem}.safetensors``.
+
+    Raises:
+        InputError: no weights file, or an index naming a missing shard.
+    """
+    index = folder / f"{stem}.safetensors.index.json"
+    if index.is_file():
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise InputError(index, "no weight_map")
+        files = [folder / name for name in sorted(set(weight_map.values()))]
+        absent = [f.name for f in files if not f.is_file()]
+        if absent:
+            raise InputError(index, f"names missing shards: {', '.join(absent)}")
+        return files
+    single = folder / f"{stem}.safetensors"
+    if single.is_file():
+        return [single]
+    raise InputError(folder, f"no {stem}.safetensors or {stem}.safetensors.index.json")
+
+
+def read_safetensors(files: list[Path]) -> dict[str, torch.Tensor]:
+    """All tensors of ``files``, memory-mapped on the CPU (not copied until used).
+
+    Raises:
+        InputError: a file that is not valid safetensors.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    for f in files:
+        try:
+            tensors.update(load_file(f, device="cpu"))
+        except (SafetensorError, OSError) as e:
+            raise InputError(f, f"not a readable safetensors file ({e})") from None
+    return tensors
+
+
+def _summarize(keys: list[str], limit: int = 8) -> str:
+    shown = ", ".join(keys[:limit])
+    return shown + (f", ... ({len(keys)} in all)" if len(keys) > limit else "")
+
+
+def assign_state_dict(
+    model: torch.nn.Module,
+    tensors: dict[str, torch.Tensor],
+    source: Path,
+    device: torch.device | str,
+    dtype_of=lambda name, p: p.dtype,
+) -> None:
+    """Load ``tensors`` into a meta-device ``model`` by assignment, exactly.
+
+    Each tensor is cast to ``dtype_of(name, param)`` and moved to ``device``.
+
+    Raises:
+        InputError: missing or unexpected keys (listed), or a shape mismatch, naming ``source``.
+    """
+    expected = dict(model.named_parameters())
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing keys: {_summarize(missing)}")
+        if unexpected:
+            parts.append(f"unexpected keys: {_summarize(unexpected)}")
+        raise InputError(source, "; ".join(parts))
+    for name, p in expected.items():
+        if tuple(tensors[name].shape) != tuple(p.shape):
+            raise InputError(
+                source,
+                f"{name} has shape {tuple(tensors[name].shape)}, the config needs {tuple(p.shape)}",
+            )
+    state = {name: tensors[name].to(device=device, dtype=dtype_of(name, p)) for name, p in expected.items()}
+    model.load_state_dict(state, strict=True, assign=True)
+
+
+def load_dit(
+    path: str | Path,
+    dtype: torch.dtype = torch.bfloat16,
+    device: torch.device | str = "cpu",
+    **config_overrides,
+) -> WanDiT:
+    """Build a ``WanDiT`` from a checkpoint, official or diffusers layout.
+
+    Args:
+        path: a folder with the DiT's ``config.json`` and safetensors (the official root, a
+            diffusers ``transformer/`` folder), or a diffusers pipeline root.
+        dtype: compute dtype; the fp32 parameters (``dit.keeps_fp32``) stay fp32.
+        device: where the weights go.
+        config_overrides: ``DiTConfig`` fields to change (e.g. ``fp32_residual=False``).
+
+    Returns:
+        The model in eval mode, without gradients.
+
+    Raises:
+        InputError: no config or weights, an unsupported config, missing or unexpected keys,
+            or shapes that do not match the config.
+    """
+    from dataclasses import replace
+
+    folder = Path(path)
+    if (folder / "model_index.json").is_file() and (folder / "transformer").is_dir():
+        folder = folder / "transformer"
+    cfg, layout = dit_config_from_json(folder / "config.json")
+    cfg = replace(cfg, **config_overrides)
+    tensors = read_safetensors(safetensors_files(folder, _DIT_WEIGHTS))
+    if layout == "diffusers":
+        tensors = {official_key(k): v for k, v in tensors.items()}
+    with torch.device("meta"):
+        model = WanDiT(cfg)
+    assign_state_dict(
+        model,
+        tensors,
+        folder,
+        device,
+        dtype_of=lambda name, p: torch.float32 if keeps_fp32(name) else dtype,
+    )
+    return model.eval().requires_grad_(False)

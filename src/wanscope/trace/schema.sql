@@ -114,3 +114,30 @@ CREATE TABLE ingest_warnings (
   kind VARCHAR,                 -- -: what was wrong with the records (no_timing, non_positive_duration, ...)
   count BIGINT                  -- count: records of that kind, excluded from the analyses
 );
+
+-- Tables below hold data only Nsight Systems exports provide (empty for other sources).
+
+CREATE TABLE profiler_overhead (
+  source_id INTEGER,            -- -: input file
+  name VARCHAR,                 -- -: what the profiler did, e.g. "CUDA profiling data flush overhead", "CUPTI Buffer flush"
+  rank INTEGER,                 -- -: distributed rank
+  pid BIGINT,                   -- -: host process the overhead was spent in
+  tid BIGINT,                   -- -: host thread
+  start_ns BIGINT,              -- ns: start on the host clock
+  end_ns BIGINT,                -- ns: end
+  dur_ns BIGINT                 -- ns: end_ns - start_ns
+);
+
+CREATE TABLE gpu_contexts (
+  source_id INTEGER,            -- -: input file
+  rank INTEGER,                 -- -: distributed rank
+  pid BIGINT,                   -- -: host process that owns the context
+  device INTEGER,               -- -: GPU index
+  context BIGINT                -- -: CUDA context id, as nsys reports print it ("Context ID")
+);
+
+CREATE TABLE nvtx_ranges (
+  id BIGINT,                    -- -: cpu_ops.id of the range
+  style VARCHAR,                -- -: PushPop (nvtxRangePush/Pop) or StartEnd (nvtxRangeStart/End)
+  domain VARCHAR                -- -: NVTX domain name, NULL for the default domain or an unnamed one
+);

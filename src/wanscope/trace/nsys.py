@@ -1,0 +1,367 @@
+"""Ingest an Nsight Systems SQLite export into the canonical tables (``schema.sql``).
+
+What goes where:
+
+- ``CUPTI_ACTIVITY_KIND_KERNEL`` -> ``kernels`` (names through ``StringIds``:
+  ``demangledName``, or ``shortName`` with ``kernel_names="short"``; shared memory is
+  static + dynamic);
+- ``CUPTI_ACTIVITY_KIND_MEMCPY`` / ``_MEMSET`` -> ``memops`` (copy kinds from
+  ``ENUM_CUDA_MEMCPY_OPER``, or CUPTI's documented values for exports without it; ``name``
+  is NVIDIA's operation name, e.g. ``[CUDA memcpy Device-to-Host]``, ``[CUDA memset]``);
+- ``CUPTI_ACTIVITY_KIND_RUNTIME`` (runtime and driver calls) -> ``api_calls``;
+- ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` -> ``cuda_syncs``;
+- NVTX push/pop and start/end ranges -> ``cpu_ops`` (kind ``nvtx``) plus ``nvtx_ranges``
+  (style and domain);
+- ``PROFILER_OVERHEAD`` -> ``profiler_overhead``; CUDA contexts -> ``gpu_contexts``;
+- ``TARGET_INFO_GPU`` -> ``devices``; export metadata -> ``meta``.
+
+``globalPid``/``globalTid`` pack the process id in bits 24-47 and the thread id in bits
+0-23 (Nsight Systems User Guide, "SQLite Schema Reference"; nsys's own reports decode
+them the same way).
+
+**Ranks.** An export can hold several processes. Each process that ran GPU work
+(kernels, memcpy or memset) gets its own rank, in order of pid, starting at
+``max(source_id, 1 + highest rank of the sources ingested before)``; a file with one such
+process therefore has the rank of its position, like a Kineto file without
+``distributedInfo``. Processes without GPU work (launchers, helpers) get the file's first
+rank. ``sources.rank`` is the file's first rank; ``meta`` key ``ranks`` maps pid -> rank.
+
+**Excluded records**, counted in ``ingest_warnings``: GPU and sync records with a zero
+start or end (``no_timing``), any record ending before it starts (``end_before_start``),
+NVTX ranges never closed (``unterminated_range``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from wanscope.errors import InputError
+from wanscope.trace import nsys_export
+from wanscope.trace.nsys_export import Export
+
+# A CUDA API version suffix: "_v" and 4 or more digits at the very end (cudaMalloc_v3020).
+_API_VERSION_SUFFIX = re.compile(r"_v\d{4,}$")
+ID_STRIDE = 10**12  # cpu_ops.id = source_id * ID_STRIDE + row number
+
+
+def api_name(raw_name: str) -> str:
+    """A CUDA API name without its trailing version suffix: ``cudaMalloc_v3020`` ->
+    ``cudaMalloc``, ``cudaGetDeviceProperties_v2_v12000`` -> ``cudaGetDeviceProperties_v2``;
+    ``cuGetProcAddress_v2`` stays itself (fewer than 4 digits)."""
+    return _API_VERSION_SUFFIX.sub("", raw_name)
+
+
+def ingest(con: duckdb.DuckDBPyConnection, path, source_id: int, kernel_names: str = "demangled") -> None:
+    """Insert the records of the export at ``path`` into the canonical tables of ``con``.
+
+    Args:
+        con: DuckDB connection whose canonical tables exist (``load.schema_sql()``).
+        path: the ``.sqlite`` file.
+        source_id: index of the file among the inputs.
+        kernel_names: ``demangled`` (default, as ``nsys stats`` prints them) or ``short``.
+
+    Raises:
+        InputError: not an SQLite database, truncated, not an nsys export.
+    """
+    path = Path(path)
+    export = nsys_export.open_export(path)
+    try:
+        _Ingest(con, export, path, source_id, kernel_names).run()
+    except sqlite3.DatabaseError as e:
+        raise InputError(path, f"cannot read the export ({e}); truncated or corrupt?") from None
+    finally:
+        export.con.close()
+
+
+class _Ingest:
+    def __init__(self, con, export: Export, path: Path, source_id: int, kernel_names: str):
+        if kernel_names not in ("demangled", "short"):
+            raise ValueError(f"kernel_names must be 'demangled' or 'short', not {kernel_names!r}")
+        self.con, self.export, self.path, self.source_id = con, export, path, source_id
+        self.kernel_names = kernel_names
+        self.name_column = "demangledName" if kernel_names == "demangled" else "shortName"
+        self.warnings: dict[str, int] = {}
+        self.event_count = 0
+        self.kernel_table = export.table("CUPTI_ACTIVITY_KIND_KERNEL")
+        self.memcpy_table = export.table("CUPTI_ACTIVITY_KIND_MEMCPY")
+        self.memset_table = export.table("CUPTI_ACTIVITY_KIND_MEMSET")
+
+    # --- plumbing -------------------------------------------------------------------
+
+    def _warn(self, kind: str, count: int) -> None:
+        if count:
+            self.warnings[kind] = self.warnings.get(kind, 0) + count
+
+    def _insert(self, table: str, names: list[str], select: str, rows: list[tuple], read: bool = True) -> None:
+        """Insert ``rows`` (tuples in the order of ``names``) into ``table`` through
+        ``INSERT INTO table SELECT {select} FROM rows``: a column-wise scan, since
+        row-wise ``executemany`` into DuckDB is about 3,000 rows/s. ``read``: the rows
+        are records of the file (counted in ``sources.event_count``), not derived."""
+        if read:
+            self.event_count += len(rows)
+        if not rows:
+            return
+        columns = {n: np.array(c, dtype=object) for n, c in zip(names, zip(*rows))}
+        view = f"_nsys_rows_{self.source_id}"
+        self.con.register(view, columns)
+        try:
+            self.con.execute(f"INSERT INTO {table} SELECT {select} FROM {view}").fetchall()
+        finally:
+            self.con.unregister(view)
+
+    def _timed(self, table: str) -> str:
+        """WHERE clause selecting the records of ``table`` with usable times, after
+        counting the others into the warnings."""
+        no_timing, backwards = self.export.con.execute(
+            f'SELECT count(*) FILTER (WHERE start = 0 OR "end" = 0), '
+            f'count(*) FILTER (WHERE start <> 0 AND "end" <> 0 AND "end" < start) FROM "{table}"'
+        ).fetchone()
+        self._warn("no_timing", no_timing)
+        self._warn("end_before_start", backwards)
+        return 'start <> 0 AND "end" <> 0 AND "end" >= start'
+
+    # --- ranks ----------------------------------------------------------------------
+
+    def _assign_ranks(self) -> None:
+        pids: set[int] = set()
+        for table in (self.kernel_table, self.memcpy_table, self.memset_table):
+            if table:
+                pids.update(r[0] for r in self.export.con.execute(f'SELECT DISTINCT (globalPid >> 24) & 16777215 FROM "{table}"'))
+        used = self.con.execute(
+            "SELECT max(rank) FROM (SELECT rank FROM sources UNION ALL SELECT rank FROM kernels UNION ALL SELECT rank FROM memops)"
+        ).fetchall()[0][0]
+        self.first_rank = max(self.source_id, -1 if used is None else used + 1)
+        self.rank_of = {pid: self.first_rank + i for i, pid in enumerate(sorted(pids))}
+        whens = " ".join(f"WHEN {pid} THEN {rank}" for pid, rank in self.rank_of.items())
+        self.rank_sql = f"CASE pid {whens} ELSE {self.first_rank} END" if whens else str(self.first_rank)
+
+    # --- tables ---------------------------------------------------------------------
+
+    def run(self) -> None:
+        self._assign_ranks()
+        self.kernels()
+        self.memops()
+        self.api_calls()
+        self.syncs()
+        self.nvtx()
+        self.overhead()
+        self.contexts()
+        self.devices()
+        self.finish()
+
+    def kernels(self) -> None:
+        if not self.kernel_table:
+            return
+        table = self.kernel_table
+        where = self._timed(table)
+        rows = self.export.con.execute(
+            f"""SELECT k.deviceId, k.streamId, k.start, k."end", s.value, k.correlationId,
+                       (k.globalPid >> 24) & 16777215, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ,
+                       k.registersPerThread, k.staticSharedMemory + k.dynamicSharedMemory
+                FROM "{table}" AS k LEFT JOIN StringIds AS s ON s.id = k.{self.name_column}
+                WHERE {where}"""
+        ).fetchall()
+        names = ["device", "stream", "s", "e", "name", "corr", "pid", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "regs", "smem"]
+        self._insert(
+            "kernels",
+            names,
+            f"""{self.rank_sql}, device::INTEGER, stream::BIGINT, s::BIGINT, e::BIGINT, (e - s)::BIGINT, name::VARCHAR,
+                corr::BIGINT, pid::BIGINT, [grid_x, grid_y, grid_z]::INTEGER[], [block_x, block_y, block_z]::INTEGER[], regs::INTEGER, smem::BIGINT""",
+            rows,
+        )
+
+    def memops(self) -> None:
+        kinds, self.memcpy_labels = nsys_export.memcpy_kinds(self.export)
+        names = ["kind", "copy_kind", "bytes", "name", "device", "stream", "s", "e", "corr", "pid"]
+        select = f"""kind, copy_kind, bytes::BIGINT, name, {self.rank_sql}, device::INTEGER, stream::BIGINT,
+                     s::BIGINT, e::BIGINT, (e - s)::BIGINT, corr::BIGINT, pid::BIGINT"""
+        if self.memcpy_table:
+            table = self.memcpy_table
+            where = self._timed(table)
+            rows = []
+            for copy_kind, nbytes, device, stream, s, e, corr, pid in self.export.con.execute(
+                f"""SELECT copyKind, bytes, deviceId, streamId, start, "end", correlationId, (globalPid >> 24) & 16777215
+                    FROM "{table}" WHERE {where}"""
+            ):
+                short, label = kinds.get(copy_kind, (f"kind {copy_kind}", f"kind {copy_kind}"))
+                rows.append(("memcpy", short, nbytes, f"[CUDA memcpy {label}]", device, stream, s, e, corr, pid))
+            self._insert("memops", names, select, rows)
+        if self.memset_table:
+            table = self.memset_table
+            where = self._timed(table)
+            rows = self.export.con.execute(
+                f"""SELECT 'memset', NULL, bytes, '[CUDA memset]', deviceId, streamId, start, "end", correlationId,
+                           (globalPid >> 24) & 16777215
+                    FROM "{table}" WHERE {where}"""
+            ).fetchall()
+            self._insert("memops", names, select, rows)
+
+    def api_calls(self) -> None:
+        table = self.export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
+        if not table:
+            return
+        backwards = self.export.con.execute(f'SELECT count(*) FROM "{table}" WHERE "end" < start').fetchone()[0]
+        self._warn("end_before_start", backwards)
+        rows = []
+        for raw, pid, tid, s, e, corr in self.export.con.execute(
+            f"""SELECT s.value, (r.globalTid >> 24) & 16777215, r.globalTid & 16777215, r.start, r."end", r.correlationId
+                FROM "{table}" AS r JOIN StringIds AS s ON s.id = r.nameId WHERE r."end" >= r.start"""
+        ):
+            kind = "runtime" if raw.startswith("cuda") else "driver"
+            rows.append((kind, api_name(raw), raw, pid, tid, s, e, corr))
+        self._insert(
+            "api_calls",
+            ["kind", "name", "raw", "pid", "tid", "s", "e", "corr"],
+            f"kind, name, raw, {self.rank_sql}, pid::BIGINT, tid::BIGINT, s::BIGINT, e::BIGINT, (e - s)::BIGINT, corr::BIGINT",
+            rows,
+        )
+
+    def syncs(self) -> None:
+        table = self.export.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+        if not table:
+            return
+        where = self._timed(table)
+        rows = [
+            (nsys_export.SYNC_KINDS.get(sync_type, f"type {sync_type}"), *rest)
+            for sync_type, *rest in self.export.con.execute(
+                f"""SELECT syncType, deviceId, streamId, start, "end", correlationId, (globalPid >> 24) & 16777215
+                    FROM "{table}" WHERE {where}"""
+            )
+        ]
+        self._insert(
+            "cuda_syncs",
+            ["kind", "device", "stream", "s", "e", "corr", "pid"],
+            f"kind, {self.rank_sql}, device::INTEGER, stream::BIGINT, s::BIGINT, e::BIGINT, corr::BIGINT, pid::BIGINT",
+            rows,
+        )
+
+    def nvtx(self) -> None:
+        table = self.export.table("NVTX_EVENTS")
+        if not table:
+            return
+        con = self.export.con
+        text_id = "textId" if "textId" in self.export.columns(table) else "NULL"
+        domains = {
+            (pid, domain_id): name
+            for pid, domain_id, name in con.execute(
+                f"""SELECT (n.globalTid >> 24) & 16777215, n.domainId, coalesce(n.text, s.value)
+                    FROM "{table}" AS n LEFT JOIN StringIds AS s ON s.id = n.{text_id}
+                    WHERE n.eventType = {nsys_export.NVTX_DOMAIN_CREATE}"""
+            )
+        }
+        types = ", ".join(map(str, nsys_export.NVTX_RANGE_STYLES))
+        unterminated, zero, backwards = con.execute(
+            f"""SELECT count(*) FILTER (WHERE "end" IS NULL), count(*) FILTER (WHERE start = 0),
+                       count(*) FILTER (WHERE "end" < start)
+                FROM "{table}" WHERE eventType IN ({types})"""
+        ).fetchone()
+        self._warn("unterminated_range", unterminated)
+        self._warn("no_timing", zero)
+        self._warn("end_before_start", backwards)
+        rows = []
+        for n, (event_type, name, pid, tid, domain_id, s, e) in enumerate(
+            con.execute(
+                f"""SELECT n.eventType, coalesce(n.text, s.value), (n.globalTid >> 24) & 16777215, n.globalTid & 16777215,
+                           n.domainId, n.start, n."end"
+                    FROM "{table}" AS n LEFT JOIN StringIds AS s ON s.id = n.{text_id}
+                    WHERE n.eventType IN ({types}) AND n."end" IS NOT NULL AND n.start <> 0 AND n."end" >= n.start
+                    ORDER BY n.start, n.rowid"""
+            )
+        ):
+            style = nsys_export.NVTX_RANGE_STYLES[event_type]
+            rows.append((self.source_id * ID_STRIDE + n, name, pid, tid, s, e, style, domains.get((pid, domain_id))))
+        names = ["id", "name", "pid", "tid", "s", "e", "style", "domain"]
+        self._insert(
+            "cpu_ops",
+            names,
+            f"""id::BIGINT, NULL::BIGINT, NULL::INTEGER, 'nvtx', name::VARCHAR, {self.rank_sql}, pid::BIGINT, tid::BIGINT,
+                s::BIGINT, e::BIGINT, (e - s)::BIGINT, NULL::BIGINT, NULL::VARCHAR""",
+            rows,
+        )
+        self._insert("nvtx_ranges", names, "id::BIGINT, style::VARCHAR, domain::VARCHAR", rows, read=False)
+
+    def overhead(self) -> None:
+        table = self.export.table("PROFILER_OVERHEAD")
+        if not table:
+            return
+        rows = self.export.con.execute(
+            f"""SELECT s.value, (o.globalTid >> 24) & 16777215, o.globalTid & 16777215, o.start, o."end"
+                FROM "{table}" AS o LEFT JOIN StringIds AS s ON s.id = o.nameId WHERE o."end" >= o.start"""
+        ).fetchall()
+        self._insert(
+            "profiler_overhead",
+            ["name", "pid", "tid", "s", "e"],
+            f"{self.source_id}, name::VARCHAR, {self.rank_sql}, pid::BIGINT, tid::BIGINT, s::BIGINT, e::BIGINT, (e - s)::BIGINT",
+            rows,
+        )
+
+    def contexts(self) -> None:
+        parts = [
+            f'SELECT DISTINCT (globalPid >> 24) & 16777215, deviceId, contextId FROM "{t}"'
+            for t in (self.kernel_table, self.memcpy_table, self.memset_table)
+            if t
+        ]
+        if not parts:
+            return
+        rows = self.export.con.execute(" UNION ".join(parts)).fetchall()
+        self._insert(
+            "gpu_contexts",
+            ["pid", "device", "context"],
+            f"{self.source_id}, {self.rank_sql}, pid::BIGINT, device::INTEGER, context::BIGINT",
+            rows,
+            read=False,
+        )
+
+    def devices(self) -> None:
+        used = self.con.execute(
+            f"""SELECT DISTINCT rank, device FROM (
+                    SELECT rank, device FROM kernels UNION ALL SELECT rank, device FROM memops)
+                WHERE rank IN (SELECT unnest(?::INTEGER[])) ORDER BY 1, 2""",
+            [sorted(set(self.rank_of.values())) or [self.first_rank]],
+        ).fetchall()
+        props: dict[int, tuple] = {}
+        if "TARGET_INFO_GPU" in self.export.tables:
+            for row in self.export.con.execute(
+                """SELECT id, name, computeMajor || '.' || computeMinor, smCount, totalMemory, memoryBandwidth
+                   FROM TARGET_INFO_GPU ORDER BY id"""
+            ):
+                props.setdefault(row[0], row[1:])
+        rows = []
+        for rank, device in used:
+            name, cc, sms, memory, bandwidth = props.get(device, (None,) * 5)
+            rows.append((rank, device, name, cc, sms, memory, None if bandwidth is None else bandwidth / 1e9))
+        self._insert(
+            "devices",
+            ["rank", "device", "name", "cc", "sms", "memory", "gbps"],
+            "rank::INTEGER, device::INTEGER, name::VARCHAR, cc::VARCHAR, sms::INTEGER, memory::BIGINT, NULL::DOUBLE, gbps::DOUBLE",
+            rows,
+            read=False,
+        )
+
+    def finish(self) -> None:
+        meta = {
+            "producer": "nsys",
+            "nsys_version": self.export.meta.get("EXPORT_PRODUCT_VERSION", "unknown (export has no metadata table)"),
+            "export_schema_version": self.export.meta.get("EXPORT_SCHEMA_VERSION", "unknown"),
+            "export_meta_table": self.export.meta_table or "none",
+            "kernel_names": self.kernel_names,
+            "memcpy_kind_labels": getattr(self, "memcpy_labels", "n/a"),
+            "ranks": json.dumps({str(pid): rank for pid, rank in self.rank_of.items()}),
+        }
+        if not self.rank_of:
+            meta["gpu_activity"] = "none: the export holds no kernel, memcpy or memset records"
+        rows = {
+            "meta": [(self.source_id, k, v) for k, v in meta.items()],
+            "ingest_warnings": [(self.source_id, k, n) for k, n in sorted(self.warnings.items())],
+            "sources": [(self.source_id, str(self.path), "nsys", self.first_rank, self.event_count)],
+        }
+        for table, values in rows.items():
+            if values:
+                marks = ", ".join("?" * len(values[0]))
+                self.con.executemany(f"INSERT INTO {table} VALUES ({marks})", values)

@@ -1,0 +1,100 @@
+"""CLI commands over ingested traces: ``analyze``, ``query``, ``schema``."""
+
+from __future__ import annotations
+
+import re
+
+import click
+import duckdb
+
+from wanscope.clitools import dumps_json, format_option, write_rows
+from wanscope.errors import UsageError
+
+ANALYZE_HELP = """Analyze GPU traces: utilization, time by category, top kernels, idle gaps
+with the CPU call stack behind the largest, host-device syncs and per-step times, per
+(rank, device).
+
+TRACE: Kineto .json/.json.gz files, Nsight Systems .sqlite exports, a directory of rank
+files, or a database kept with --db. With no TRACE, the H200 Wan2.1 trace embedded in
+the package is analyzed.
+
+All times are integer nanoseconds. JSON fields are documented in the README
+("analyze JSON")."""
+
+
+def _open(traces, db):
+    from wanscope.trace import open_traces
+
+    return open_traces(traces, db=db)
+
+
+@click.command(help=ANALYZE_HELP)
+@click.argument("traces", nargs=-1, type=click.Path())
+@format_option("table", "json")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(1),
+              help="Kernels listed per device before the 'other' row; also the largest gaps listed.")
+@click.option("--step-range", metavar="A:B", help="Only steps A <= step < B (either end may be omitted).")
+@click.option("--min-gap-ns", default=0, show_default=True, type=click.IntRange(0),
+              help="Ignore idle gaps shorter than this (ns).")
+@click.option("--db", type=click.Path(dir_okay=False), help="Keep the ingested database in this file.")
+def analyze(traces, fmt, top, step_range, min_gap_ns, db):
+    from wanscope.analysis.scope import Scope, parse_step_range
+    from wanscope.analysis.summary import analyze as run
+
+    used = None
+    if not traces:
+        from wanscope.data import default_trace
+
+        traces = (str(default_trace()),)
+        used = f"{traces[0]} (embedded default: Wan2.1 1.3B DiT forward on an H200, diffusers, random weights)"
+    scope = Scope(parse_step_range(step_range))
+    con = _open(traces, db)
+    result = run(con, top=top, scope=scope, min_gap_ns=min_gap_ns)
+    if fmt == "json":
+        click.echo(dumps_json(result))
+    else:
+        from wanscope.report.text import render_analysis
+
+        render_analysis(result, used=used)
+
+
+@click.command()
+@click.argument("trace", type=click.Path())
+@click.argument("sql")
+@format_option("table", "csv", "json")
+def query(trace, sql, fmt):
+    """Run SQL on the canonical tables of TRACE (see `wanscope schema`).
+
+    TRACE is a trace file, a directory of rank files or a database kept with --db.
+    JSON output is a list of row objects."""
+    con = _open([trace], None)
+    try:
+        cur = con.execute(sql)
+        columns = [d[0] for d in cur.description] if cur.description else []
+        rows = cur.fetchall() if columns else []
+    except duckdb.Error as e:
+        raise UsageError(f"SQL error: {str(e).splitlines()[0]}") from None
+    write_rows(columns, rows, fmt)
+
+
+def schema_rows() -> list[tuple[str, str, str, str, str]]:
+    """(table, column, type, unit, description) for every column of ``schema.sql``."""
+    from wanscope.trace.load import schema_sql
+
+    rows, table = [], None
+    for line in schema_sql().splitlines():
+        m = re.match(r"CREATE TABLE (\w+)", line)
+        if m:
+            table = m.group(1)
+            continue
+        m = re.match(r"\s+(\w+) ([A-Z\[\]0-9]+),?\s+-- ([^:]+): (.*)", line)
+        if m and table:
+            rows.append((table, m.group(1), m.group(2), m.group(3).strip(), m.group(4).strip()))
+    return rows
+
+
+@click.command()
+@format_option("table", "csv", "json")
+def schema(fmt):
+    """Print every table and column of the canonical trace schema with its unit."""
+    write_rows(["table", "column", "type", "unit", "description"], schema_rows(), fmt)

@@ -1,0 +1,126 @@
+"""What an analysis looks at: the GPU activity in scope and its window, as SQL.
+
+Definitions (DESIGN.md):
+- GPU activity: kernels, memcpy and memset records with valid times (ingest already
+  dropped zero-timestamp and non-positive-duration records and counted them).
+- Window: first GPU activity start to last GPU activity end per (rank, device); with a
+  step range, the union of the selected steps' GPU intervals.
+- A step's GPU interval runs from the first start to the last end of the GPU activity
+  launched inside its CPU range (launch = the API call with the same correlation id in the
+  same process).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wanscope.analysis.categories import sql_case
+from wanscope.errors import UsageError
+
+ACTIVITY_SQL = f"""
+  SELECT rank, device, stream, start_ns, end_ns, dur_ns, name, 'kernel' AS kind, correlation, pid,
+         {sql_case('name')} AS category
+  FROM kernels
+  UNION ALL
+  SELECT rank, device, stream, start_ns, end_ns, dur_ns, name, kind, correlation, pid,
+         CASE WHEN kind = 'memcpy' THEN 'memcpy_' || coalesce(copy_kind, 'unknown') ELSE 'memset' END
+  FROM memops
+"""
+
+STEP_GPU_SQL = """
+  SELECT s.rank, s.step, s.pid, s.tid, s.start_ns AS cpu_start_ns, s.end_ns AS cpu_end_ns,
+         min(a.start_ns) AS gpu_start_ns, max(a.end_ns) AS gpu_end_ns, count(a.start_ns) AS gpu_ops
+  FROM steps s
+  LEFT JOIN api_calls c ON c.rank = s.rank AND c.pid = s.pid AND c.start_ns BETWEEN s.start_ns AND s.end_ns
+  LEFT JOIN _all_activity a ON a.rank = c.rank AND a.pid = c.pid AND a.correlation = c.correlation
+  GROUP BY ALL
+"""
+
+
+def parse_step_range(text: str | None) -> tuple[int | None, int | None] | None:
+    """Parse ``A:B`` (half-open, as a Python slice; either end may be omitted).
+
+    Raises:
+        UsageError: not of the form A:B with integers.
+    """
+    if text is None:
+        return None
+    lo, sep, hi = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        bounds = (int(lo) if lo.strip() else None, int(hi) if hi.strip() else None)
+    except ValueError:
+        raise UsageError(f"--step-range {text!r}: expected A:B with integer step numbers, e.g. 2:5") from None
+    return bounds
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The slice of the trace being analyzed.
+
+    Attributes:
+        step_range: half-open ``(A, B)`` of step numbers, or None for the whole trace.
+    """
+
+    step_range: tuple[int | None, int | None] | None = None
+
+    def _step_filter(self) -> str:
+        lo, hi = self.step_range
+        parts = ["TRUE"]
+        if lo is not None:
+            parts.append(f"step >= {int(lo)}")
+        if hi is not None:
+            parts.append(f"step < {int(hi)}")
+        return " AND ".join(parts)
+
+    def ctes(self) -> str:
+        """``WITH`` clauses defining ``activity`` (in scope) and ``windows``
+        (rank, device, window_start_ns, window_end_ns, window_ns)."""
+        base = f"WITH _all_activity AS ({ACTIVITY_SQL}), step_gpu AS ({STEP_GPU_SQL})"
+        if self.step_range is None:
+            return base + """,
+            activity AS (SELECT * FROM _all_activity),
+            windows AS (
+              SELECT rank, device, min(start_ns) AS window_start_ns, max(end_ns) AS window_end_ns,
+                     max(end_ns) - min(start_ns) AS window_ns
+              FROM activity GROUP BY ALL)
+            """
+        return base + f""",
+            chosen AS (SELECT * FROM step_gpu WHERE {self._step_filter()}),
+            activity AS (
+              SELECT DISTINCT a.* FROM _all_activity a
+              JOIN api_calls c ON a.rank = c.rank AND a.pid = c.pid AND a.correlation = c.correlation
+              JOIN chosen s ON s.rank = c.rank AND s.pid = c.pid AND c.start_ns BETWEEN s.cpu_start_ns AND s.cpu_end_ns),
+            _step_dev AS (
+              SELECT DISTINCT a.rank, a.device, s.gpu_start_ns AS lo, s.gpu_end_ns AS hi
+              FROM chosen s JOIN activity a ON a.rank = s.rank AND a.start_ns >= s.gpu_start_ns AND a.end_ns <= s.gpu_end_ns),
+            _step_union AS (
+              SELECT rank, device, min(lo) AS lo, max(hi) AS hi FROM (
+                SELECT *, sum(CASE WHEN prev_hi IS NULL OR lo > prev_hi THEN 1 ELSE 0 END)
+                            OVER (PARTITION BY rank, device ORDER BY lo, hi ROWS UNBOUNDED PRECEDING) AS grp
+                FROM (SELECT *, max(hi) OVER (PARTITION BY rank, device ORDER BY lo, hi
+                                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_hi
+                      FROM _step_dev))
+              GROUP BY rank, device, grp),
+            windows AS (
+              SELECT rank, device, min(lo) AS window_start_ns, max(hi) AS window_end_ns, sum(hi - lo) AS window_ns
+              FROM _step_union GROUP BY ALL)
+            """
+
+
+# The union of a device's activity intervals, as islands: (rank, device, island, start_ns,
+# end_ns). Overlapping and touching intervals (on any stream) merge.
+ISLANDS_SQL = """
+  _ordered AS (
+    SELECT *, max(end_ns) OVER (PARTITION BY rank, device ORDER BY start_ns, end_ns
+                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+    FROM activity),
+  _grouped AS (
+    SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
+                OVER (PARTITION BY rank, device ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
+    FROM _ordered),
+  islands AS (
+    SELECT rank, device, island, min(start_ns) AS start_ns, max(end_ns) AS end_ns
+    FROM _grouped GROUP BY ALL)
+"""

@@ -1,0 +1,69 @@
+"""``analyze``: every per-device analysis in one JSON-ready object.
+
+The object's layout is versioned by ``SCHEMA_VERSION``; the README documents each field.
+"""
+
+from __future__ import annotations
+
+from wanscope.analysis.gaps import idle_gaps
+from wanscope.analysis.kernels import categories, top_kernels
+from wanscope.analysis.scope import Scope
+from wanscope.analysis.steps import step_times
+from wanscope.analysis.syncs import find_syncs
+from wanscope.analysis.utilization import device_utilization
+
+SCHEMA_VERSION = 1
+
+
+def warnings(con) -> dict[str, int]:
+    """Counts by kind of records excluded at ingest, over all sources."""
+    return {k: int(n) for k, n in con.execute(
+        "SELECT kind, sum(count) FROM ingest_warnings GROUP BY kind ORDER BY kind").fetchall()}
+
+
+def sources(con) -> list[dict]:
+    return [{"path": p, "format": f, "rank": r, "events": n} for p, f, r, n in con.execute(
+        "SELECT path, format, rank, event_count FROM sources ORDER BY source_id").fetchall()]
+
+
+def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0) -> dict:
+    """Analyze an ingested trace database.
+
+    Args:
+        con: DuckDB connection with the canonical tables (``wanscope.trace.open_traces``).
+        top: kernels listed per device before the ``other`` row; also the number of
+            largest gaps listed.
+        scope: steps to restrict to (default: the whole trace).
+        min_gap_ns: ignore idle gaps shorter than this (ns).
+
+    Returns:
+        A dict: ``schema_version``, ``sources``, ``warnings``, ``devices`` (one per
+        (rank, device) with GPU activity), ``syncs``, ``steps``, and ``notes`` (plain
+        sentences, e.g. "no GPU activity" for a CPU-only trace).
+    """
+    scope = scope or Scope()
+    devices = device_utilization(con, scope)
+    tops = top_kernels(con, scope, top)
+    cats = categories(con, scope)
+    gaps = idle_gaps(con, scope, top, min_gap_ns)
+    empty_gaps = {"count": 0, "total_ns": 0, "histogram": {}, "largest": []}
+    for d in devices:
+        key = (d["rank"], d["device"])
+        d["top_kernels"] = tops.get(key, [])
+        d["categories"] = cats.get(key, [])
+        d["gaps"] = gaps.get(key, empty_gaps)
+    gpu_ranks = {d["rank"] for d in device_utilization(con, Scope())} if scope.step_range else {d["rank"] for d in devices}
+    notes = []
+    if not devices:
+        notes.append("no GPU activity: the trace holds no kernels, memcpys or memsets with valid times"
+                     + (" in the selected steps" if scope.step_range else "")
+                     + "; GPU utilization, kernels and gaps need a trace captured with CUDA activities on a GPU")
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "sources": sources(con),
+        "warnings": warnings(con),
+        "devices": devices,
+        "syncs": find_syncs(con, gpu_ranks),
+        "steps": step_times(con, scope),
+        "notes": notes,
+    }

@@ -1,0 +1,1 @@
+"""Rendering of analysis results: terminal tables, JSON, HTML. Never computes."""

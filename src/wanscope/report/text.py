@@ -1,0 +1,74 @@
+"""Terminal rendering of the ``analyze`` result with rich tables."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from wanscope.report.units import fmt_ns, fmt_pct
+
+DEFINITIONS = (
+    "Definitions: window = first to last GPU activity (kernels, memcpy, memset) per device; "
+    "busy = union of activity over all streams; utilization = busy / window; "
+    "pct = share of summed kernel time; idle gap = hole in the busy union, ended by next_op."
+)
+STACK_FRAMES_SHOWN = 8
+
+
+def _short(name: str, width: int = 90) -> str:
+    name = name.removeprefix("void ")
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def render_analysis(result: dict, console: Console | None = None, used: str | None = None) -> None:
+    """Print the analysis summary: per device utilization, categories, top kernels, gaps
+    with the stack behind the largest, then syncs, steps and warnings."""
+    c = console or Console()
+    if used:
+        c.print(f"[bold]trace:[/bold] {used}")
+    for note in result["notes"]:
+        c.print(f"[yellow]{note}[/yellow]")
+    for d in result["devices"]:
+        c.rule(f"rank {d['rank']} · device {d['device']}")
+        c.print(
+            f"window {fmt_ns(d['window_ns'])} · busy {fmt_ns(d['busy_ns'])} · "
+            f"[bold]utilization {fmt_pct(d['utilization_pct'])}[/bold] · "
+            f"{d['kernel_count']:,} kernels, {fmt_ns(d['kernel_time_ns'])} summed "
+            f"(kernel-only busy {fmt_ns(d['kernel_busy_ns'])}) · "
+            f"{d['memop_count']:,} memory ops, {fmt_ns(d['memop_time_ns'])}"
+        )
+        t = Table("category", "count", "time", "% of kernel time", title="time by category")
+        for row in d["categories"]:
+            t.add_row(row["category"], f"{row['count']:,}", fmt_ns(row["total_ns"]), fmt_pct(row["pct"]))
+        c.print(t)
+        t = Table("kernel", "count", "total", "mean", "%", title="top kernels")
+        for row in d["top_kernels"]:
+            t.add_row(_short(row["name"]), f"{row['count']:,}", fmt_ns(row["total_ns"]), fmt_ns(row["mean_ns"]),
+                      fmt_pct(row["pct"]))
+        c.print(t)
+        g = d["gaps"]
+        hist = ", ".join(f"{k}: {v['count']}" for k, v in g["histogram"].items())
+        c.print(f"idle gaps: {g['count']:,} totalling {fmt_ns(g['total_ns'])} ({hist})")
+        t = Table("gap", "ends at (next_op)", "launched from (innermost frames last)", title="largest idle gaps")
+        for gap in g["largest"]:
+            stack = gap["stack"][-STACK_FRAMES_SHOWN:]
+            more = len(gap["stack"]) - len(stack)
+            t.add_row(fmt_ns(gap["dur_ns"]), _short(gap["next_op"]["name"], 50),
+                      (f"… {more} outer frames\n" if more else "") + "\n".join(stack))
+        c.print(t)
+    if result["syncs"]:
+        t = Table("kind", "rank", "api", "op", "frame", "wait", "GPU idle after", title="host-device syncs")
+        for s in result["syncs"]:
+            t.add_row(s["kind"], str(s["rank"]), s["api"] or "-", s["op"] or "-", s["frame"] or "-",
+                      fmt_ns(s["wait_ns"]), fmt_ns(s["gpu_idle_after_ns"]))
+        c.print(t)
+    else:
+        c.print("host-device syncs: none")
+    if result["steps"]:
+        t = Table("rank", "step", "CPU time", "GPU time", title="steps")
+        for s in result["steps"]:
+            t.add_row(str(s["rank"]), str(s["step"]), fmt_ns(s["cpu_dur_ns"]), fmt_ns(s["gpu_dur_ns"]))
+        c.print(t)
+    if result["warnings"]:
+        c.print("records excluded at ingest: " + ", ".join(f"{k} {v:,}" for k, v in result["warnings"].items()))
+    c.print(f"[dim]{DEFINITIONS}[/dim]")

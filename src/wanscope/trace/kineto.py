@@ -1,0 +1,405 @@
+"""Ingest PyTorch profiler (Kineto) Chrome-JSON traces into the canonical schema.
+
+A large trace is never held as one Python object tree. torch.profiler writes every event
+as a block of lines at fixed indentation (``  {`` ... ``  },``, inner lines indented by
+four or more spaces). JSON never holds a raw newline inside a string, so collapsing each
+"newline + four spaces" and "newline + two spaces + ``}``" onto one line turns the events
+region into newline-delimited JSON with byte-level ``bytes.replace`` calls, chunk by
+chunk; DuckDB's NDJSON reader then parses each chunk into a staging table. Any other
+layout (minified, re-serialized, other producers) goes through ijson's streaming parser
+into the same NDJSON form.
+
+Times: ``start_ns = round(ts * 1000)`` and ``dur_ns = round(dur * 1000)`` computed on the
+decimal text (DECIMAL(38, 12)), ``end_ns = start_ns + dur_ns`` (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+import zlib
+from pathlib import Path
+
+import duckdb
+import ijson
+import orjson
+
+from wanscope.errors import InputError
+
+CHUNK_BYTES = 32 << 20
+EVENTS_KEY = b'"traceEvents"'
+NATIVE_START = b"\n  {\n    "
+
+# Kineto category (lower case) -> what it becomes. Older Kineto wrote capitalized names.
+CATEGORIES = {
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "cuda_runtime": "runtime",
+    "runtime": "runtime",
+    "cuda_driver": "driver",
+    "driver": "driver",
+    "cpu_op": "op",
+    "operator": "op",
+    "python_function": "python",
+    "user_annotation": "annotation",
+    "cuda_sync": "sync",
+}
+# Categories that are known and carry nothing the schema keeps.
+IGNORED_CATEGORIES = {
+    "ac2g", "fwdbwd", "overhead", "trace", "gpu_user_annotation", "cuda_profiler_range",
+    "python_function_call", "mtia_ccp_events", "kineto", "gpu_hw_counter",
+}
+
+# Fields read from each event; numbers are read as text so that times keep their decimals
+# and integers beyond 64 bits are detected instead of failing the whole read.
+_ARGS = {
+    "External id": "VARCHAR", "correlation": "VARCHAR", "device": "VARCHAR",
+    "stream": "VARCHAR", "grid": "VARCHAR", "block": "VARCHAR",
+    "registers per thread": "VARCHAR", "shared memory": "VARCHAR", "bytes": "VARCHAR",
+    "Input Dims": "JSON", "name": "VARCHAR",
+}
+_COLUMNS = {
+    "ph": "VARCHAR", "cat": "VARCHAR", "name": "VARCHAR", "pid": "VARCHAR", "tid": "VARCHAR",
+    "ts": "VARCHAR", "dur": "VARCHAR", "id": "VARCHAR",
+    "args": "STRUCT(" + ", ".join(f'"{k}" {v}' for k, v in _ARGS.items()) + ")",
+}
+
+_STAGE_SQL = """
+CREATE OR REPLACE TEMP TABLE _stage AS
+SELECT
+  ph, lower(cat) AS cat, name, pid, tid, id,
+  round(coalesce(try_cast(ts AS DECIMAL(38, 12)), try_cast(ts AS DOUBLE)::DECIMAL(38, 12)) * 1000)::HUGEINT AS start_ns,
+  round(coalesce(try_cast(dur AS DECIMAL(38, 12)), try_cast(dur AS DOUBLE)::DECIMAL(38, 12)) * 1000)::HUGEINT AS dur_ns,
+  args."External id" AS ext_txt, args.correlation AS corr_txt, args.device AS device_txt,
+  args.stream AS stream_txt, args.grid AS grid_txt, args.block AS block_txt,
+  args."registers per thread" AS regs_txt, args."shared memory" AS smem_txt,
+  args.bytes AS bytes_txt, args."Input Dims" AS input_dims, args.name AS arg_name
+FROM read_json(?, format = 'newline_delimited', columns = {columns}, maximum_object_size = 1073741824)
+"""
+
+
+def _open(path: Path, gz: bool):
+    return gzip.open(path, "rb") if gz else open(path, "rb")
+
+
+def _read_header(f, path: Path) -> tuple[bytes, bytes]:
+    """Read until the events array opens. Returns (header bytes, bytes after ``[``)."""
+    buf = b""
+    while EVENTS_KEY not in buf:
+        more = f.read(1 << 16)
+        if not more:
+            if not buf.strip():
+                raise InputError(path, "empty file")
+            raise InputError(path, "no traceEvents: not a PyTorch profiler trace")
+        buf += more
+        if len(buf) > (256 << 20):
+            raise InputError(path, "no traceEvents in the first 256 MB: not a PyTorch profiler trace")
+    at = buf.index(EVENTS_KEY)
+    while b"[" not in buf[at:]:
+        more = f.read(1 << 16)
+        if not more:
+            raise InputError(path, "truncated: ends inside traceEvents")
+        buf += more
+    bracket = buf.index(b"[", at)
+    return buf[:at], buf[bracket + 1 :]
+
+
+def _header_dict(header: bytes, trailer: bytes, path: Path) -> dict:
+    """Top-level keys other than traceEvents (small: device properties, distributedInfo)."""
+    text = header.rstrip().rstrip(b",").strip()
+    if not text.startswith(b"{"):
+        raise InputError(path, "not JSON: expected an object")
+    meta = {}
+    try:
+        meta.update(orjson.loads(text + b"}") if text != b"{" else {})
+    except orjson.JSONDecodeError:
+        pass  # keys before traceEvents malformed: keep going, the events are what matter
+    tail = trailer.strip().lstrip(b",").strip()
+    if tail.startswith(b'"'):
+        try:
+            meta.update(orjson.loads(b"{" + tail))
+        except orjson.JSONDecodeError:
+            pass
+    return meta
+
+
+class _NdjsonWriter:
+    """Collects NDJSON chunks and stages each one into DuckDB."""
+
+    def __init__(self, con, tmpdir: str, stage):
+        self.con, self.path, self.stage = con, os.path.join(tmpdir, "events.ndjson"), stage
+        self.undecodable = 0
+        self.events = 0
+
+    def write(self, data: bytes) -> None:
+        if not data.strip():
+            return
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            lines = data.split(b"\n")
+            fixed = [ln.decode("utf-8", "replace").encode() for ln in lines]
+            self.undecodable += sum(a != b for a, b in zip(lines, fixed))
+            data = b"\n".join(fixed)
+        with open(self.path, "wb") as out:
+            out.write(data)
+        self.events += data.count(b"\n") + (not data.endswith(b"\n"))
+        self.stage(self.path)
+
+
+def _native_chunks(f, rest: bytes):
+    """Yield NDJSON bytes from the events region of a torch.profiler-layout file.
+
+    Returns (via StopIteration value) the bytes after the closing ``]``. Raises
+    ``_NotNative`` as soon as a chunk does not have the layout.
+    """
+    buf = rest
+    eof = False
+    while True:
+        if not eof:
+            more = f.read(CHUNK_BYTES)
+            eof = not more
+            buf += more
+        end = buf.find(b"\n  ]")
+        if end >= 0:
+            body, trailer = buf[:end], buf[end + 4 :]
+            if not eof:
+                trailer += f.read()
+            yield _collapse(body)
+            return trailer
+        if eof:
+            raise _Truncated
+        cut = buf.rfind(b"\n  {")
+        if cut <= 0:
+            continue
+        body, buf = buf[:cut], buf[cut:]
+        yield _collapse(body)
+
+
+class _NotNative(Exception):
+    pass
+
+
+class _Truncated(Exception):
+    pass
+
+
+def _collapse(body: bytes) -> bytes:
+    out = body.replace(b"\n    ", b" ").replace(b"\n  }", b" }")
+    if out.count(b"\n") != out.count(b"\n  { "):
+        raise _NotNative
+    return out.replace(b"},\n", b"}\n").rstrip(b", \n") + b"\n"
+
+
+def _stream_events(f, path: Path, writer: _NdjsonWriter) -> None:
+    """Fallback for any layout: ijson's streaming parser, re-serialized one event per line."""
+    batch = []
+    size = 0
+    try:
+        for event in ijson.items(f, "traceEvents.item", use_float=False):
+            line = orjson.dumps(event, default=str)
+            batch.append(line)
+            size += len(line)
+            if size >= CHUNK_BYTES:
+                writer.write(b"\n".join(batch) + b"\n")
+                batch, size = [], 0
+    except ijson.IncompleteJSONError as e:
+        raise InputError(path, f"truncated or malformed JSON ({str(e).splitlines()[0][:80]})") from None
+    except ijson.JSONError as e:
+        raise InputError(path, f"malformed JSON ({str(e).splitlines()[0][:80]})") from None
+    writer.write(b"\n".join(batch) + b"\n")
+
+
+def _rank(meta: dict, source_id: int) -> int:
+    info = meta.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+        return info["rank"]
+    return source_id
+
+
+def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
+    """Ingest one Kineto trace file into the canonical tables of ``con``.
+
+    Args:
+        con: a DuckDB connection where ``schema.sql`` has run.
+        path: a ``.json`` or ``.json.gz`` trace (chosen by content).
+        source_id: index of the file among the inputs; also its rank when the trace has
+            no ``distributedInfo.rank``.
+
+    Raises:
+        InputError: empty, unreadable, not JSON, truncated gzip or JSON, no ``traceEvents``.
+    """
+    path = Path(path)
+    with open(path, "rb") as probe:
+        gz = probe.read(2) == b"\x1f\x8b"
+    staged = {"chunks": 0}
+    warn: dict[str, int] = {}
+
+    def stage(ndjson_path: str) -> None:
+        con.execute(_STAGE_SQL.format(columns=_sql_struct(_COLUMNS)), [ndjson_path])
+        staged["chunks"] += 1
+        _insert_stage(con, source_id, warn)
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="wanscope-") as tmp:
+            writer = _NdjsonWriter(con, tmp, stage)
+            with _open(path, gz) as f:
+                header, rest = _read_header(f, path)
+                if rest.startswith(NATIVE_START[1:]) or (rest[:1] == b"\n" and rest.startswith(NATIVE_START)):
+                    trailer = b""
+                    try:
+                        gen = _native_chunks(f, rest if rest.startswith(b"\n") else b"\n" + rest)
+                        while True:
+                            writer.write(next(gen))
+                    except StopIteration as stop:
+                        trailer = stop.value or b""
+                    except _NotNative:
+                        if staged["chunks"]:
+                            raise InputError(path, "event layout changes midway through the file") from None
+                        f.seek(0)
+                        _stream_events(f, path, writer)
+                    except _Truncated:
+                        raise InputError(path, "truncated: ends inside traceEvents") from None
+                else:
+                    f.seek(0)
+                    _stream_events(f, path, writer)
+                    trailer = b""
+            meta = _header_dict(header, trailer, path)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise InputError(path, f"truncated or corrupt gzip ({e})") from None
+    except duckdb.Error as e:
+        raise InputError(path, f"malformed JSON ({str(e).splitlines()[0][:120]})") from None
+    except OSError as e:
+        raise InputError(path, f"cannot read: {e.strerror or e}") from None
+
+    if writer.undecodable:
+        warn["undecodable_bytes"] = warn.get("undecodable_bytes", 0) + writer.undecodable
+    _finish_source(con, path, source_id, _rank(meta, source_id), meta, writer.events, warn)
+
+
+def _sql_struct(columns: dict) -> str:
+    return "{" + ", ".join(f"'{k}': '{v}'" for k, v in columns.items()) + "}"
+
+
+_INT = "try_cast({} AS BIGINT)"
+
+
+def _placeholder_rank(source_id: int) -> int:
+    """Rank written while a file is staged, replaced by its real rank once the whole file
+    (and any ``distributedInfo`` after the events) has been read."""
+    return -1_000_000 - source_id
+
+
+def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
+    """Move one staged chunk into the canonical tables."""
+    rank = _placeholder_rank(source_id)
+    known = ", ".join(f"'{c}'" for c in CATEGORIES)
+    ignored = ", ".join(f"'{c}'" for c in IGNORED_CATEGORIES)
+    # Per-record problems, counted and excluded.
+    counts = con.execute(f"""
+        SELECT
+          count(*) FILTER (ph = 'X' AND cat IN ({known}) AND (start_ns IS NULL OR start_ns = 0)) AS no_timing,
+          count(*) FILTER (ph = 'X' AND cat IN ({known}) AND start_ns <> 0 AND dur_ns = 0
+                           AND cat IN ('kernel', 'gpu_memcpy', 'memcpy', 'gpu_memset', 'memset')) AS zero_duration,
+          count(*) FILTER (ph = 'X' AND cat IN ({known}) AND start_ns <> 0 AND dur_ns < 0) AS end_before_start,
+          count(*) FILTER (ph = 'X' AND cat IS NOT NULL AND cat NOT IN ({known}) AND cat NOT IN ({ignored})) AS unknown_category,
+          count(*) FILTER (cat IN ({known}) AND (
+              (ext_txt IS NOT NULL AND try_cast(ext_txt AS BIGINT) IS NULL)
+              OR (corr_txt IS NOT NULL AND try_cast(corr_txt AS BIGINT) IS NULL)
+              OR (start_ns IS NOT NULL AND (start_ns > 9223372036854775807 OR dur_ns > 9223372036854775807)))) AS integer_overflow
+        FROM _stage
+    """).fetchall()[0]
+    for kind, n in zip(("no_timing", "zero_duration", "end_before_start", "unknown_category", "integer_overflow"), counts):
+        if n:
+            warn[kind] = warn.get(kind, 0) + n
+    con.execute("""
+        INSERT INTO _kineto_flows SELECT id, ph FROM _stage WHERE cat = 'ac2g' AND ph IN ('s', 'f')
+    """) if _has_table(con, "_kineto_flows") else con.execute(
+        "CREATE TEMP TABLE _kineto_flows AS SELECT id, ph FROM _stage WHERE cat = 'ac2g' AND ph IN ('s', 'f')"
+    )
+    valid = "ph = 'X' AND start_ns > 0 AND start_ns <= 9223372036854775807 AND dur_ns <= 9223372036854775807"
+    gpu_valid = f"{valid} AND dur_ns > 0"
+    con.execute(f"""
+        INSERT INTO kernels
+        SELECT {rank}, coalesce({_INT.format('device_txt')}, try_cast(pid AS INTEGER)),
+               coalesce({_INT.format('stream_txt')}, try_cast(tid AS BIGINT)),
+               start_ns, start_ns + dur_ns, dur_ns, name, {_INT.format('corr_txt')}, NULL,
+               try_cast(grid_txt AS INTEGER[]), try_cast(block_txt AS INTEGER[]),
+               {_INT.format('regs_txt')}, {_INT.format('smem_txt')}
+        FROM _stage WHERE cat = 'kernel' AND {gpu_valid}
+    """)
+    con.execute(f"""
+        INSERT INTO memops
+        SELECT CASE WHEN cat LIKE '%memcpy' THEN 'memcpy' ELSE 'memset' END,
+               CASE WHEN cat LIKE '%memcpy' THEN coalesce(regexp_extract(name, 'Memcpy (\\w+)', 1), 'unknown') END,
+               {_INT.format('bytes_txt')}, name, {rank},
+               coalesce({_INT.format('device_txt')}, try_cast(pid AS INTEGER)),
+               coalesce({_INT.format('stream_txt')}, try_cast(tid AS BIGINT)),
+               start_ns, start_ns + dur_ns, dur_ns, {_INT.format('corr_txt')}, NULL
+        FROM _stage WHERE cat IN ('gpu_memcpy', 'memcpy', 'gpu_memset', 'memset') AND {gpu_valid}
+    """)
+    con.execute(f"""
+        INSERT INTO api_calls
+        SELECT CASE WHEN cat IN ('cuda_driver', 'driver') THEN 'driver' ELSE 'runtime' END,
+               regexp_replace(name, '_v\\d{{4,}}$', ''), name, {rank},
+               try_cast(pid AS BIGINT), try_cast(tid AS BIGINT),
+               start_ns, start_ns + dur_ns, dur_ns, {_INT.format('corr_txt')}
+        FROM _stage WHERE cat IN ('cuda_runtime', 'runtime', 'cuda_driver', 'driver') AND {valid} AND dur_ns >= 0
+    """)
+    con.execute(f"""
+        INSERT INTO cpu_ops
+        SELECT NULL, NULL, NULL,
+               CASE WHEN cat IN ('cpu_op', 'operator') THEN 'op'
+                    WHEN cat = 'python_function' THEN 'python' ELSE 'annotation' END,
+               name, {rank}, try_cast(pid AS BIGINT), try_cast(tid AS BIGINT),
+               start_ns, start_ns + dur_ns, dur_ns, {_INT.format('ext_txt')},
+               CASE WHEN cat IN ('cpu_op', 'operator') THEN input_dims::VARCHAR END
+        FROM _stage WHERE cat IN ('cpu_op', 'operator', 'python_function', 'user_annotation') AND {valid} AND dur_ns >= 0
+    """)
+    con.execute(f"""
+        INSERT INTO cuda_syncs
+        SELECT coalesce(arg_name, name), {rank}, coalesce({_INT.format('device_txt')}, try_cast(pid AS INTEGER)),
+               coalesce({_INT.format('stream_txt')}, try_cast(tid AS BIGINT)),
+               start_ns, start_ns + dur_ns, {_INT.format('corr_txt')}, NULL
+        FROM _stage WHERE cat = 'cuda_sync' AND {valid} AND dur_ns >= 0
+    """)
+    con.execute("DROP TABLE _stage")
+
+
+def _has_table(con, name: str) -> bool:
+    return bool(con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [name]).fetchall()[0][0])
+
+
+def _finish_source(con, path: Path, source_id: int, rank: int, meta: dict, events: int, warn: dict) -> None:
+    """Set the rank of this source's rows, record devices, meta and warnings."""
+    if _has_table(con, "_kineto_flows"):
+        unpaired = con.execute("""
+            SELECT count(*) FROM (SELECT id FROM _kineto_flows GROUP BY id
+                                  HAVING count(*) FILTER (ph = 's') = 0 OR count(*) FILTER (ph = 'f') = 0)
+        """).fetchall()[0][0]
+        con.execute("DROP TABLE _kineto_flows")
+        if unpaired:
+            warn["unpaired_flow"] = unpaired
+    for table in ("kernels", "memops", "api_calls", "cpu_ops", "cuda_syncs"):
+        con.execute(f"UPDATE {table} SET rank = ? WHERE rank = ?", [rank, _placeholder_rank(source_id)])
+    con.execute("INSERT INTO sources VALUES (?, ?, 'kineto', ?, ?)", [source_id, str(path), rank, events])
+    for dev in meta.get("deviceProperties") or []:
+        if not isinstance(dev, dict):
+            continue
+        cc = f"{dev.get('computeMajor')}.{dev.get('computeMinor')}" if "computeMajor" in dev else None
+        con.execute(
+            "INSERT INTO devices VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)",
+            [rank, dev.get("id"), dev.get("name"), cc, dev.get("numSms"), dev.get("totalGlobalMem")],
+        )
+    for key, value in meta.items():
+        if key in ("deviceProperties", "traceEvents"):
+            continue
+        text = value if isinstance(value, str) else orjson.dumps(value).decode()
+        con.execute("INSERT INTO meta VALUES (?, ?, ?)", [source_id, key, text[:4096]])
+    for kind, n in sorted(warn.items()):
+        con.execute("INSERT INTO ingest_warnings VALUES (?, ?, ?)", [source_id, kind, n])

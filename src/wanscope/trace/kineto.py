@@ -16,6 +16,7 @@ decimal text (DECIMAL(38, 12)), ``end_ns = start_ns + dur_ns`` (DESIGN.md).
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import tempfile
 import zlib
@@ -54,8 +55,10 @@ IGNORED_CATEGORIES = {
     "python_function_call", "mtia_ccp_events", "kineto", "gpu_hw_counter",
 }
 
-# Fields read from each event; numbers are read as text so that times keep their decimals
-# and integers beyond 64 bits are detected instead of failing the whole read.
+# Fields read from each event. Times are parsed from the number's text straight into
+# DECIMAL (never through float64); other numbers are read as text so that integers beyond
+# 64 bits are detected instead of failing the whole read. A value that does not convert
+# becomes NULL (ignore_errors) and its record is counted.
 _ARGS = {
     "External id": "VARCHAR", "correlation": "VARCHAR", "device": "VARCHAR",
     "stream": "VARCHAR", "grid": "VARCHAR", "block": "VARCHAR",
@@ -64,7 +67,7 @@ _ARGS = {
 }
 _COLUMNS = {
     "ph": "VARCHAR", "cat": "VARCHAR", "name": "VARCHAR", "pid": "VARCHAR", "tid": "VARCHAR",
-    "ts": "VARCHAR", "dur": "VARCHAR", "id": "VARCHAR",
+    "ts": "DECIMAL(38, 12)", "dur": "DECIMAL(38, 12)", "id": "VARCHAR",
     "args": "STRUCT(" + ", ".join(f'"{k}" {v}' for k, v in _ARGS.items()) + ")",
 }
 
@@ -72,13 +75,12 @@ _STAGE_SQL = """
 CREATE OR REPLACE TEMP TABLE _stage AS
 SELECT
   ph, lower(cat) AS cat, name, pid, tid, id,
-  round(coalesce(try_cast(ts AS DECIMAL(38, 12)), try_cast(ts AS DOUBLE)::DECIMAL(38, 12)) * 1000)::HUGEINT AS start_ns,
-  round(coalesce(try_cast(dur AS DECIMAL(38, 12)), try_cast(dur AS DOUBLE)::DECIMAL(38, 12)) * 1000)::HUGEINT AS dur_ns,
+  round(ts * 1000)::HUGEINT AS start_ns, round(dur * 1000)::HUGEINT AS dur_ns,
   args."External id" AS ext_txt, args.correlation AS corr_txt, args.device AS device_txt,
   args.stream AS stream_txt, args.grid AS grid_txt, args.block AS block_txt,
   args."registers per thread" AS regs_txt, args."shared memory" AS smem_txt,
   args.bytes AS bytes_txt, args."Input Dims" AS input_dims, args.name AS arg_name
-FROM read_json(?, format = 'newline_delimited', columns = {columns}, maximum_object_size = 1073741824)
+FROM read_json(?, format = 'newline_delimited', columns = {columns}, maximum_object_size = 1073741824, ignore_errors = true)
 """
 
 
@@ -201,7 +203,10 @@ def _stream_events(f, path: Path, writer: _NdjsonWriter) -> None:
     size = 0
     try:
         for event in ijson.items(f, "traceEvents.item", use_float=False):
-            line = orjson.dumps(event, default=str)
+            try:
+                line = orjson.dumps(event, default=str)
+            except orjson.JSONEncodeError:  # integers beyond 64 bits
+                line = json.dumps(event, default=str).encode()
             batch.append(line)
             size += len(line)
             if size >= CHUNK_BYTES:
@@ -306,6 +311,7 @@ def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
           count(*) FILTER (ph = 'X' AND cat IN ({known}) AND start_ns <> 0 AND dur_ns = 0
                            AND cat IN ('kernel', 'gpu_memcpy', 'memcpy', 'gpu_memset', 'memset')) AS zero_duration,
           count(*) FILTER (ph = 'X' AND cat IN ({known}) AND start_ns <> 0 AND dur_ns < 0) AS end_before_start,
+          count(*) FILTER (ph IS NULL AND cat IS NULL AND name IS NULL) AS malformed_event,
           count(*) FILTER (ph = 'X' AND cat IS NOT NULL AND cat NOT IN ({known}) AND cat NOT IN ({ignored})) AS unknown_category,
           count(*) FILTER (cat IN ({known}) AND (
               (ext_txt IS NOT NULL AND try_cast(ext_txt AS BIGINT) IS NULL)
@@ -313,7 +319,8 @@ def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
               OR (start_ns IS NOT NULL AND (start_ns > 9223372036854775807 OR dur_ns > 9223372036854775807)))) AS integer_overflow
         FROM _stage
     """).fetchall()[0]
-    for kind, n in zip(("no_timing", "zero_duration", "end_before_start", "unknown_category", "integer_overflow"), counts):
+    for kind, n in zip(("no_timing", "zero_duration", "end_before_start", "malformed_event", "unknown_category",
+                              "integer_overflow"), counts):
         if n:
             warn[kind] = warn.get(kind, 0) + n
     con.execute("""

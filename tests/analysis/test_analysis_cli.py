@@ -1,0 +1,77 @@
+"""The analysis commands end to end: analyze (default trace, JSON, --db), query, schema,
+and that the analysis side never imports torch."""
+
+import json
+import subprocess
+import sys
+
+from shared_fixtures import shared_fixture
+
+H200 = "kineto/h200_diffusers_wan21_1p3b_eager_forward.json.gz"
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "wanscope", *map(str, args)], capture_output=True, text=True)
+
+
+def test_analyze_default_names_the_embedded_trace():
+    r = run_cli("analyze")
+    assert r.returncode == 0, r.stderr
+    assert "h200_diffusers_wan21_1p3b_eager_forward.json.gz" in r.stdout
+    assert "embedded default" in r.stdout
+    assert "99.25%" in r.stdout
+
+
+def test_analyze_json_layout():
+    r = run_cli("analyze", "--format", "json", "--top", "3")
+    doc = json.loads(r.stdout)
+    assert doc["schema_version"] == 1
+    (d,) = doc["devices"]
+    assert set(d) >= {"rank", "device", "window_ns", "busy_ns", "utilization_pct", "kernel_count",
+                      "kernel_time_ns", "top_kernels", "categories", "gaps"}
+    assert [k["name"] for k in d["top_kernels"]][-1] == "other" and len(d["top_kernels"]) == 4
+    assert set(d["top_kernels"][0]) == {"name", "count", "total_ns", "mean_ns", "min_ns", "max_ns", "pct"}
+    assert set(d["gaps"]) == {"count", "total_ns", "histogram", "largest"}
+    assert len(d["gaps"]["largest"]) == 3
+    assert list(d["gaps"]["histogram"]) == ["<1us", "1-10us", "10-100us", "0.1-1ms", ">=1ms"]
+    assert set(doc["syncs"][0]) == {"kind", "rank", "api", "op", "frame", "start_ns", "wait_ns", "gpu_idle_after_ns"}
+
+
+def test_min_gap_filter():
+    doc = json.loads(run_cli("analyze", "--format", "json", "--min-gap-ns", "100000").stdout)
+    g = doc["devices"][0]["gaps"]
+    assert g["count"] == 5 and g["largest"][0]["dur_ns"] == 205_663
+
+
+def test_db_then_query_and_analyze_the_database(tmp_path):
+    trace = shared_fixture(H200)
+    db = tmp_path / "h200.duckdb"
+    assert run_cli("analyze", trace, "--db", db, "--format", "json").returncode == 0
+    assert db.exists() and not list(tmp_path.glob("*.tmp-*"))
+    r = run_cli("query", db, "SELECT count(*) AS n, sum(dur_ns) AS t FROM kernels", "--format", "json")
+    assert json.loads(r.stdout) == [{"n": 1896, "t": 606202235}]
+    r = run_cli("query", trace, "SELECT count(*) FROM memops", "--format", "csv")
+    assert r.stdout.splitlines() == ["count_star()", "301"]
+    doc = json.loads(run_cli("analyze", db, "--format", "json").stdout)
+    assert doc["devices"][0]["busy_ns"] == 606_512_150
+
+
+def test_query_sql_error_is_one_line():
+    r = run_cli("query", shared_fixture(H200), "SELECT nope FROM kernels")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "SQL error" in r.stderr
+
+
+def test_schema_lists_every_table_with_units():
+    rows = json.loads(run_cli("schema", "--format", "json").stdout)
+    tables = {r["table"] for r in rows}
+    assert {"kernels", "memops", "api_calls", "cpu_ops", "steps", "devices", "meta"} <= tables
+    units = {(r["table"], r["column"]): r["unit"] for r in rows}
+    assert units[("kernels", "start_ns")] == "ns" and units[("memops", "bytes")] == "bytes"
+
+
+def test_analyze_never_imports_torch():
+    code = ("import sys; from wanscope.cli import main; main(['analyze', '--format', 'json']); "
+            "sys.stderr.write('TORCH_LOADED=%s' % ('torch' in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "TORCH_LOADED=False" in r.stderr

@@ -1,0 +1,1 @@
+"""Puts tests/ on sys.path (pytest's rootdir conftest) so tests can import ``shared_fixtures``."""

@@ -18,6 +18,7 @@ COMMANDS = {
     "analyze": "wanscope.analysis.cli:analyze",
     "query": "wanscope.analysis.cli:query",
     "schema": "wanscope.analysis.cli:schema",
+    "stats": "wanscope.stats.cli:stats",
 }
 
 

@@ -10,8 +10,9 @@ What goes where:
   is NVIDIA's operation name, e.g. ``[CUDA memcpy Device-to-Host]``, ``[CUDA memset]``);
 - ``CUPTI_ACTIVITY_KIND_RUNTIME`` (runtime and driver calls) -> ``api_calls``;
 - ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` -> ``cuda_syncs``;
-- NVTX push/pop and start/end ranges -> ``cpu_ops`` (kind ``nvtx``) plus ``nvtx_ranges``
-  (style and domain);
+- NVTX push/pop and start/end ranges -> ``cpu_ops`` (kind ``nvtx``, for the shared
+  analyses) and ``nvtx_ranges`` (the same ranges with their style and domain, for
+  ``nvtx_sum``; ``link.finish`` renumbers ``cpu_ops.id``, so the two are not joined);
 - ``PROFILER_OVERHEAD`` -> ``profiler_overhead``; CUDA contexts -> ``gpu_contexts``;
 - ``TARGET_INFO_GPU`` -> ``devices``; export metadata -> ``meta``.
 
@@ -284,7 +285,14 @@ class _Ingest:
                 s::BIGINT, e::BIGINT, (e - s)::BIGINT, NULL::BIGINT, NULL::VARCHAR""",
             rows,
         )
-        self._insert("nvtx_ranges", names, "id::BIGINT, style::VARCHAR, domain::VARCHAR", rows, read=False)
+        self._insert(
+            "nvtx_ranges",
+            names,
+            f"""{self.source_id}, {self.rank_sql}, pid::BIGINT, tid::BIGINT, style::VARCHAR, domain::VARCHAR, name::VARCHAR,
+                s::BIGINT, e::BIGINT, (e - s)::BIGINT""",
+            rows,
+            read=False,
+        )
 
     def overhead(self) -> None:
         table = self.export.table("PROFILER_OVERHEAD")

@@ -137,7 +137,14 @@ CREATE TABLE gpu_contexts (
 );
 
 CREATE TABLE nvtx_ranges (
-  id BIGINT,                    -- -: cpu_ops.id of the range
+  source_id INTEGER,            -- -: input file
+  rank INTEGER,                 -- -: distributed rank
+  pid BIGINT,                   -- -: host process
+  tid BIGINT,                   -- -: host thread that opened the range
   style VARCHAR,                -- -: PushPop (nvtxRangePush/Pop) or StartEnd (nvtxRangeStart/End)
-  domain VARCHAR                -- -: NVTX domain name, NULL for the default domain or an unnamed one
+  domain VARCHAR,               -- -: NVTX domain name, NULL for the default domain or an unnamed one
+  name VARCHAR,                 -- -: range text (the same ranges are in cpu_ops, kind nvtx)
+  start_ns BIGINT,              -- ns: range start on the host
+  end_ns BIGINT,                -- ns: range end on the host
+  dur_ns BIGINT                 -- ns: end_ns - start_ns
 );

@@ -71,7 +71,13 @@ def _official_module(name: str):
     mspec = importlib.util.spec_from_file_location(f"{pkg}.{name}", root / f"{name}.py")
     module = importlib.util.module_from_spec(mspec)
     sys.modules[f"{pkg}.{name}"] = module
-    mspec.loader.exec_module(module)
+    # t5.py evaluates torch.cuda.current_device() in a default argument at import time
+    current_device = torch.cuda.current_device
+    torch.cuda.current_device = lambda: "cpu"
+    try:
+        mspec.loader.exec_module(module)
+    finally:
+        torch.cuda.current_device = current_device
     return module
 
 

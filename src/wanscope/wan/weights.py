@@ -257,6 +257,10 @@ def assign_state_dict(
                 f"{name} has shape {tuple(tensors[name].shape)}, the config needs {tuple(p.shape)}",
             )
     state = {name: tensors[name].to(device=device, dtype=dtype_of(name, p)) for name, p in expected.items()}
+    # tied parameters (one tensor under two names) get the same loaded tensor under each name
+    canonical = {id(p): name for name, p in expected.items()}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        state.setdefault(name, state[canonical[id(p)]])
     model.load_state_dict(state, strict=True, assign=True)
 
 

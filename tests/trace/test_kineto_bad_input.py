@@ -67,16 +67,17 @@ def test_per_record_problems_are_counted_and_excluded(tmp_path):
 
 def test_native_and_minified_layouts_agree(tmp_path):
     events = [launch(1.0005, 1), kernel(2.0004, 1.0006, 1), launch(3, 2), kernel(4.1234567, 2.5, 2)]
-    native, minified = tmp_path / "n.json", tmp_path / "m.json"
+    native, minified, lines = tmp_path / "n.json", tmp_path / "m.json", tmp_path / "l.json"
     write_native(native, events)
     minified.write_text(json.dumps({"traceEvents": events}, separators=(",", ":")))
-    a, b = analyze(open_traces([native])), analyze(open_traces([minified]))
+    lines.write_text('{"traceEvents": [\n' + ",\n".join(json.dumps(e) for e in events) + "\n]}\n")
+    a, b, c = (analyze(open_traces([p])) for p in (native, minified, lines))
     # start_ns = round(ts * 1000) on the decimal text: 2000.4 -> 2000, 4123.4567 -> 4123
     assert a["devices"][0]["window_start_ns"] == 2000
     assert a["devices"][0]["window_end_ns"] == 4123 + 2500
-    for r in (a, b):
+    for r in (a, b, c):
         r.pop("sources")
-    assert a == b
+    assert a == b == c
 
 
 @pytest.mark.parametrize("content, problem", [

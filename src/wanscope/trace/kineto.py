@@ -5,9 +5,9 @@ as a block of lines at fixed indentation (``  {`` ... ``  },``, inner lines inde
 four or more spaces). JSON never holds a raw newline inside a string, so collapsing each
 "newline + four spaces" and "newline + two spaces + ``}``" onto one line turns the events
 region into newline-delimited JSON with byte-level ``bytes.replace`` calls, chunk by
-chunk; DuckDB's NDJSON reader then parses each chunk into a staging table. Any other
-layout (minified, re-serialized, other producers) goes through ijson's streaming parser
-into the same NDJSON form.
+chunk; DuckDB's NDJSON reader then parses each chunk into a staging table. Files with
+one event per line take the same path without the collapse. Any other layout (minified,
+other producers) goes through ijson's streaming parser into the same NDJSON form.
 
 Times: ``start_ns = round(ts * 1000)`` and ``dur_ns = round(dur * 1000)`` computed on the
 decimal text (DECIMAL(38, 12)), ``end_ns = start_ns + dur_ns`` (DESIGN.md).
@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import tempfile
 import zlib
 from pathlib import Path
@@ -30,7 +31,6 @@ from wanscope.errors import InputError
 
 CHUNK_BYTES = 32 << 20
 EVENTS_KEY = b'"traceEvents"'
-NATIVE_START = b"\n  {\n    "
 
 # Kineto category (lower case) -> what it becomes. Older Kineto wrote capitalized names.
 CATEGORIES = {
@@ -153,33 +153,61 @@ class _NdjsonWriter:
         self.stage(self.path)
 
 
-def _native_chunks(f, rest: bytes):
-    """Yield NDJSON bytes from the events region of a torch.profiler-layout file.
+class _Layout:
+    """How the events region is laid out, read from its first event.
 
-    Returns (via StopIteration value) the bytes after the closing ``]``. Raises
-    ``_NotNative`` as soon as a chunk does not have the layout.
+    ``block``: torch.profiler's own layout, each event a block of lines (``  {`` at two
+    spaces, inner lines at four or more); collapsed onto one line each with byte-level
+    replaces. ``lines``: one event per line at a fixed indentation (re-written traces).
     """
-    buf = rest
-    eof = False
-    while True:
-        if not eof:
-            more = f.read(CHUNK_BYTES)
-            eof = not more
-            buf += more
-        end = buf.find(b"\n  ]")
-        if end >= 0:
-            body, trailer = buf[:end], buf[end + 4 :]
+
+    def __init__(self, kind: str, indent: bytes):
+        self.kind, self.indent = kind, indent
+        self.cut = b"\n" + indent + b"{" if kind == "block" else b"\n"
+        self.end = re.compile(rb"\n" + re.escape(indent) + rb"\]")
+        self.event_line = re.compile(rb"\n" + re.escape(indent) + rb"\{")
+
+    @classmethod
+    def detect(cls, rest: bytes) -> "_Layout | None":
+        m = re.match(rb"[ \t]*\n([ \t]*)\{([^\n]*)\n", rest)
+        if not m:
+            return None
+        indent, first_line = m.group(1), m.group(2)
+        if indent == b"  " and first_line.strip() == b"":
+            return cls("block", indent)
+        if first_line.rstrip().endswith((b"}", b"},")):
+            return cls("lines", indent)
+        return None
+
+    def collapse(self, body: bytes) -> bytes:
+        """NDJSON bytes for a run of whole events; raises _NotNative if the run does not
+        have the layout."""
+        out = body.replace(b"\n    ", b" ").replace(b"\n  }", b" }") if self.kind == "block" else body
+        if out.count(b"\n") != len(self.event_line.findall(out)):
+            raise _NotNative
+        return out.replace(b"},\n", b"}\n").rstrip(b", \t\r\n") + b"\n"
+
+    def chunks(self, f, rest: bytes):
+        """Yield NDJSON chunks of the events region; return the bytes after its ``]``."""
+        buf = rest if rest.startswith(b"\n") else rest[rest.index(b"\n"):]
+        eof = False
+        while True:
             if not eof:
-                trailer += f.read()
-            yield _collapse(body)
-            return trailer
-        if eof:
-            raise _Truncated
-        cut = buf.rfind(b"\n  {")
-        if cut <= 0:
-            continue
-        body, buf = buf[:cut], buf[cut:]
-        yield _collapse(body)
+                more = f.read(CHUNK_BYTES)
+                eof = not more
+                buf += more
+            end = self.end.search(buf)
+            if end:
+                trailer = buf[end.end():] + (b"" if eof else f.read())
+                yield self.collapse(buf[: end.start()])
+                return trailer
+            if eof:
+                raise _Truncated
+            cut = buf.rfind(self.cut)
+            if cut <= 0:
+                continue
+            body, buf = buf[:cut], buf[cut:]
+            yield self.collapse(body)
 
 
 class _NotNative(Exception):
@@ -188,13 +216,6 @@ class _NotNative(Exception):
 
 class _Truncated(Exception):
     pass
-
-
-def _collapse(body: bytes) -> bytes:
-    out = body.replace(b"\n    ", b" ").replace(b"\n  }", b" }")
-    if out.count(b"\n") != out.count(b"\n  { "):
-        raise _NotNative
-    return out.replace(b"},\n", b"}\n").rstrip(b", \n") + b"\n"
 
 
 def _stream_events(f, path: Path, writer: _NdjsonWriter) -> None:
@@ -254,10 +275,11 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
             writer = _NdjsonWriter(con, tmp, stage)
             with _open(path, gz) as f:
                 header, rest = _read_header(f, path)
-                if rest.startswith(NATIVE_START[1:]) or (rest[:1] == b"\n" and rest.startswith(NATIVE_START)):
-                    trailer = b""
+                layout = _Layout.detect(rest)
+                trailer = b""
+                if layout is not None:
                     try:
-                        gen = _native_chunks(f, rest if rest.startswith(b"\n") else b"\n" + rest)
+                        gen = layout.chunks(f, rest)
                         while True:
                             writer.write(next(gen))
                     except StopIteration as stop:
@@ -265,14 +287,12 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
                     except _NotNative:
                         if staged["chunks"]:
                             raise InputError(path, "event layout changes midway through the file") from None
-                        f.seek(0)
-                        _stream_events(f, path, writer)
+                        layout = None
                     except _Truncated:
                         raise InputError(path, "truncated: ends inside traceEvents") from None
-                else:
+                if layout is None:
                     f.seek(0)
                     _stream_events(f, path, writer)
-                    trailer = b""
             meta = _header_dict(header, trailer, path)
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise InputError(path, f"truncated or corrupt gzip ({e})") from None

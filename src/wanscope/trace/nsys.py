@@ -9,7 +9,8 @@ What goes where:
   ``ENUM_CUDA_MEMCPY_OPER``, or CUPTI's documented values for exports without it; ``name``
   is NVIDIA's operation name, e.g. ``[CUDA memcpy Device-to-Host]``, ``[CUDA memset]``);
 - ``CUPTI_ACTIVITY_KIND_RUNTIME`` (runtime and driver calls) -> ``api_calls``;
-- ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` -> ``cuda_syncs``;
+- ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` -> ``cuda_syncs`` (kind from the waiting call:
+  ``nsys_export.SYNC_KINDS``);
 - NVTX push/pop and start/end ranges -> ``cpu_ops`` (kind ``nvtx``, for the shared
   analyses) and ``nvtx_ranges`` (the same ranges with their style and domain, for
   ``nvtx_sum``; ``link.finish`` renumbers ``cpu_ops.id``, so the two are not joined);
@@ -116,16 +117,17 @@ class _Ingest:
         finally:
             self.con.unregister(view)
 
-    def _timed(self, table: str) -> str:
-        """WHERE clause selecting the records of ``table`` with usable times, after
-        counting the others into the warnings."""
+    def _timed(self, table: str, alias: str = "") -> str:
+        """WHERE clause selecting the records of ``table`` (named ``alias`` in the query)
+        with usable times, after counting the others into the warnings."""
         no_timing, backwards = self.export.con.execute(
             f'SELECT count(*) FILTER (WHERE start = 0 OR "end" = 0), '
             f'count(*) FILTER (WHERE start <> 0 AND "end" <> 0 AND "end" < start) FROM "{table}"'
         ).fetchone()
         self._warn("no_timing", no_timing)
         self._warn("end_before_start", backwards)
-        return 'start <> 0 AND "end" <> 0 AND "end" >= start'
+        p = f"{alias}." if alias else ""
+        return f'{p}start <> 0 AND {p}"end" <> 0 AND {p}"end" >= {p}start'
 
     # --- ranks ----------------------------------------------------------------------
 
@@ -160,7 +162,7 @@ class _Ingest:
         if not self.kernel_table:
             return
         table = self.kernel_table
-        where = self._timed(table)
+        where = self._timed(table, "k")
         rows = self.export.con.execute(
             f"""SELECT k.deviceId, k.streamId, k.start, k."end", s.value, k.correlationId,
                        (k.globalPid >> 24) & 16777215, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ,
@@ -227,12 +229,20 @@ class _Ingest:
         table = self.export.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
         if not table:
             return
-        where = self._timed(table)
+        valid = self._timed(table, "y")
+        runtime = self.export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
+        # The waiting call, same correlation id in the same process (SQLite indexes the join itself).
+        waiter = (
+            f"""LEFT JOIN "{runtime}" AS r ON r.correlationId = y.correlationId AND (r.globalTid >> 24) = (y.globalPid >> 24)
+                LEFT JOIN StringIds AS s ON s.id = r.nameId"""
+            if runtime
+            else "LEFT JOIN (SELECT NULL AS value) AS s ON false"
+        )
         rows = [
-            (nsys_export.SYNC_KINDS.get(sync_type, f"type {sync_type}"), *rest)
-            for sync_type, *rest in self.export.con.execute(
-                f"""SELECT syncType, deviceId, streamId, start, "end", correlationId, (globalPid >> 24) & 16777215
-                    FROM "{table}" WHERE {where}"""
+            (nsys_export.SYNC_KINDS.get(api_name(call or ""), "unknown"), *rest)
+            for call, *rest in self.export.con.execute(
+                f"""SELECT s.value, y.deviceId, y.streamId, y.start, y."end", y.correlationId, (y.globalPid >> 24) & 16777215
+                    FROM "{table}" AS y {waiter} WHERE {valid}"""
             )
         ]
         self._insert(

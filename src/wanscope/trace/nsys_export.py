@@ -36,14 +36,24 @@ MEMCPY_KINDS: dict[int, tuple[str, str]] = {
     13: ("UVM DtoD", "Unified Device-to-Device"),
 }
 
-# CUpti_ActivitySynchronizationType (cupti_activity.h; ENUM_CUPTI_SYNC_TYPE from 2023 on):
-# id -> what the host waited on, in the canonical cuda_syncs.kind vocabulary.
-SYNC_KINDS: dict[int, str] = {
-    0: "unknown",
-    1: "event",
-    2: "stream_wait_event",
-    3: "stream",
-    4: "context",
+# What a CUDA synchronization record waited on, from the call that waited (joined by
+# correlation id within the process), in the canonical cuda_syncs.kind vocabulary. The
+# record's own syncType cannot be trusted across versions: in the fixtures,
+# cudaStreamSynchronize is 2 in 2024.6-2025.3 exports, 3 in 2026.2 (CUPTI's
+# CUpti_ActivitySynchronizationType order), while the 2021 export has
+# cudaDeviceSynchronize as 1 and cudaEventSynchronize as 2, whatever ENUM_CUPTI_SYNC_TYPE says.
+SYNC_KINDS: dict[str, str] = {
+    "cudaStreamSynchronize": "stream",
+    "cuStreamSynchronize": "stream",
+    "cudaEventSynchronize": "event",
+    "cuEventSynchronize": "event",
+    "cudaEventQuery": "event",
+    "cuEventQuery": "event",
+    "cudaStreamWaitEvent": "stream_wait_event",
+    "cuStreamWaitEvent": "stream_wait_event",
+    "cudaDeviceSynchronize": "context",
+    "cudaThreadSynchronize": "context",
+    "cuCtxSynchronize": "context",
 }
 
 # NVTX_EVENTS.eventType values for ranges (ENUM_NSYS_EVENT_TYPE): id -> NVIDIA's "Style".

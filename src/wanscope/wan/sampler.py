@@ -187,6 +187,21 @@ class FlowSampler:
         self._history: list[torch.Tensor] = []  # x0 predictions m_{i-1}, m_{i-2}, newest first
         self._last_sample: torch.Tensor | None = None
         self._device_sigmas: torch.Tensor | None = None
+        self._device_timesteps: torch.Tensor | None = None
+
+    def device_timesteps(self, device: torch.device) -> torch.Tensor:
+        """The schedule's timesteps as an fp32 [N] tensor on ``device``, built once.
+
+        On CUDA the copy goes from pinned memory without blocking, so building it is not a
+        host sync either.
+        """
+        device = torch.device(device)
+        if self._device_timesteps is None or self._device_timesteps.device != device:
+            host = torch.tensor(self.schedule.timesteps, dtype=torch.float32)
+            if device.type == "cuda":
+                host = host.pin_memory()
+            self._device_timesteps = host.to(device, non_blocking=True)
+        return self._device_timesteps
 
     def _lookup(self, timestep: torch.Tensor) -> int:
         """The naive lookup: nearest schedule sigma to ``timestep / 1000``, read with ``.item()``."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -226,6 +226,45 @@ def _summarize(keys: list[str], limit: int = 8) -> str:
     return shown + (f", ... ({len(keys)} in all)" if len(keys) > limit else "")
 
 
+def read_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes from safetensors headers only (no data read).
+
+    Raises:
+        InputError: a file that is not valid safetensors.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    shapes = {}
+    for f in files:
+        try:
+            with safe_open(f, framework="pt") as handle:
+                for key in handle.keys():
+                    shapes[key] = tuple(handle.get_slice(key).get_shape())
+        except (SafetensorError, OSError) as e:
+            raise InputError(f, f"not a readable safetensors file ({e})") from None
+    return shapes
+
+
+def check_keys_and_shapes(model: torch.nn.Module, shapes: dict[str, tuple[int, ...]], source: Path) -> None:
+    """Raises InputError naming ``source`` on missing or unexpected keys (listed) or the first
+    shape that differs from ``model``'s."""
+    expected = dict(model.named_parameters())
+    missing = sorted(set(expected) - set(shapes))
+    unexpected = sorted(set(shapes) - set(expected))
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing keys: {_summarize(missing)}")
+        if unexpected:
+            parts.append(f"unexpected keys: {_summarize(unexpected)}")
+        raise InputError(source, "; ".join(parts))
+    for name, p in expected.items():
+        if tuple(shapes[name]) != tuple(p.shape):
+            raise InputError(
+                source, f"{name} has shape {tuple(shapes[name])}, the config needs {tuple(p.shape)}"
+            )
+
+
 def assign_state_dict(
     model: torch.nn.Module,
     tensors: dict[str, torch.Tensor],
@@ -240,28 +279,38 @@ def assign_state_dict(
     Raises:
         InputError: missing or unexpected keys (listed), or a shape mismatch, naming ``source``.
     """
+    check_keys_and_shapes(model, {k: tuple(v.shape) for k, v in tensors.items()}, source)
     expected = dict(model.named_parameters())
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected))
-    if missing or unexpected:
-        parts = []
-        if missing:
-            parts.append(f"missing keys: {_summarize(missing)}")
-        if unexpected:
-            parts.append(f"unexpected keys: {_summarize(unexpected)}")
-        raise InputError(source, "; ".join(parts))
-    for name, p in expected.items():
-        if tuple(tensors[name].shape) != tuple(p.shape):
-            raise InputError(
-                source,
-                f"{name} has shape {tuple(tensors[name].shape)}, the config needs {tuple(p.shape)}",
-            )
     state = {name: tensors[name].to(device=device, dtype=dtype_of(name, p)) for name, p in expected.items()}
     # tied parameters (one tensor under two names) get the same loaded tensor under each name
     canonical = {id(p): name for name, p in expected.items()}
     for name, p in model.named_parameters(remove_duplicate=False):
         state.setdefault(name, state[canonical[id(p)]])
     model.load_state_dict(state, strict=True, assign=True)
+
+
+def _dit_source(path: str | Path, overrides: dict) -> tuple[Path, DiTConfig, str, list[Path]]:
+    folder = Path(path)
+    if (folder / "model_index.json").is_file() and (folder / "transformer").is_dir():
+        folder = folder / "transformer"
+    cfg, layout = dit_config_from_json(folder / "config.json")
+    return folder, replace(cfg, **overrides), layout, safetensors_files(folder, _DIT_WEIGHTS)
+
+
+def check_dit(path: str | Path) -> DiTConfig:
+    """Check a DiT checkpoint's config, keys and shapes from the safetensors headers alone
+    (seconds, no weights read), so a bad checkpoint fails before any model runs.
+
+    Raises:
+        InputError: as ``load_dit``.
+    """
+    folder, cfg, layout, files = _dit_source(path, {})
+    shapes = read_shapes(files)
+    if layout == "diffusers":
+        shapes = {official_key(k): v for k, v in shapes.items()}
+    with torch.device("meta"):
+        check_keys_and_shapes(WanDiT(cfg), shapes, folder)
+    return cfg
 
 
 def load_dit(
@@ -286,14 +335,8 @@ def load_dit(
         InputError: no config or weights, an unsupported config, missing or unexpected keys,
             or shapes that do not match the config.
     """
-    from dataclasses import replace
-
-    folder = Path(path)
-    if (folder / "model_index.json").is_file() and (folder / "transformer").is_dir():
-        folder = folder / "transformer"
-    cfg, layout = dit_config_from_json(folder / "config.json")
-    cfg = replace(cfg, **config_overrides)
-    tensors = read_safetensors(safetensors_files(folder, _DIT_WEIGHTS))
+    folder, cfg, layout, files = _dit_source(path, config_overrides)
+    tensors = read_safetensors(files)
     if layout == "diffusers":
         tensors = {official_key(k): v for k, v in tensors.items()}
     with torch.device("meta"):

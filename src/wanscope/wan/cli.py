@@ -1,0 +1,128 @@
+"""``wanscope generate``: text to video with the Wan2.1 engine.
+
+Loaded lazily by the top-level group, so torch is imported only when this command runs.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from wanscope.errors import InputError, UsageError
+from wanscope.wan.config import PRESETS, get_preset
+
+RANDOM_NOTE = "RANDOM WEIGHTS (no checkpoint): timing/profiling run, not a real video"
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``WIDTHxHEIGHT`` (as the official CLI: ``832x480``) -> (height, width).
+
+    Raises:
+        UsageError: not two positive integers joined by ``x``.
+    """
+    m = re.fullmatch(r"\s*(\d+)\s*[xX*]\s*(\d+)\s*", text)
+    if not m:
+        raise UsageError(f"--size {text!r}: expected WIDTHxHEIGHT, e.g. 832x480")
+    width, height = int(m.group(1)), int(m.group(2))
+    return height, width
+
+
+@click.command()
+@click.option("--checkpoint", type=click.Path(path_type=Path), help="Wan2.1 checkpoint folder, official or diffusers layout.")
+@click.option("--random-weights", is_flag=True, help="No checkpoint: random weights and a byte-level stand-in tokenizer (timing/profiling).")
+@click.option("--preset", type=click.Choice(sorted(PRESETS)), default="wan2.1-t2v-1.3b", show_default=True,
+              help="Model sizes for --random-weights and the text encoder/VAE; a checkpoint's config.json sets the DiT.")
+@click.option("--prompt", required=True, help="What to generate.")
+@click.option("--negative-prompt", default=None, help="Default: the official T2V negative prompt.")
+@click.option("--size", default=None, help="WIDTHxHEIGHT, multiples of 16. Default: the preset's (832x480).")
+@click.option("--frames", type=int, default=None, help="4k+1 frames. Default: the preset's (81).")
+@click.option("--steps", type=int, default=None, help="Sampling steps. Default: the preset's (50).")
+@click.option("--guidance", type=float, default=None, help="Classifier-free guidance scale. Default: 5.0.")
+@click.option("--shift", type=float, default=None, help="Flow shift of the sigma schedule. Default: 5.0.")
+@click.option("--seed", type=int, default=None, help="Noise seed. Default: 0.")
+@click.option("--solver", type=click.Choice(["unipc", "euler"]), default=None, help="Default: unipc.")
+@click.option("--cfg", "cfg_mode", type=click.Choice(["sequential", "batched"]), default=None,
+              help="Run cond and uncond as two forwards or one B=2 forward. Default: sequential.")
+@click.option("--attention", type=click.Choice(["sdpa", "cudnn", "flash", "efficient", "math"]), default="sdpa",
+              show_default=True, help="Attention kernel.")
+@click.option("--device", default=None, help="Default: cuda if available, else cpu.")
+@click.option("--dtype", type=click.Choice(["bf16", "fp32"]), default=None, help="Default: bf16 on CUDA, fp32 on CPU.")
+@click.option("--legacy-step-lookup", is_flag=True, help="Find the step index with a device .item() (syncs once per step).")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("video.mp4"), show_default=True,
+              help="MP4 path; a .png contact sheet and a .json sidecar are written next to it.")
+def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, frames, steps, guidance, shift,
+             seed, solver, cfg_mode, attention, device, dtype, legacy_step_lookup, out):
+    """Generate a video from a text prompt (Wan2.1 T2V)."""
+    import torch
+
+    from wanscope.wan.attention import parse_backend
+    from wanscope.wan.pipeline import Components, Request, generate as run
+    from wanscope.wan.video import write_outputs
+
+    if (checkpoint is None) == (not random_weights):
+        raise UsageError("give exactly one of --checkpoint DIR or --random-weights")
+    if not out.parent.is_dir():
+        raise InputError(out, "its folder does not exist")
+    cfg = get_preset(preset)
+    s = cfg.sampling
+    height, width = parse_size(size) if size else (s.height, s.width)
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = dtype or ("bf16" if device.type == "cuda" else "fp32")
+    req = Request(
+        prompt=prompt,
+        negative_prompt=s.negative_prompt if negative_prompt is None else negative_prompt,
+        height=height, width=width,
+        frames=s.frames if frames is None else frames,
+        steps=s.steps if steps is None else steps,
+        guidance=s.guidance if guidance is None else guidance,
+        shift=s.shift if shift is None else shift,
+        seed=s.seed if seed is None else seed,
+        solver=solver or s.solver, cfg=cfg_mode or s.cfg,
+        legacy_step_lookup=legacy_step_lookup,
+    )
+    req.validate(cfg.vae.stride, cfg.dit.patch_size)
+    if checkpoint is not None:
+        from wanscope.wan.weights import check_dit, detect_layout
+
+        check_dit(detect_layout(checkpoint).dit)  # a bad checkpoint fails before any model runs
+    parts = Components(
+        config=cfg, device=device, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[dtype],
+        checkpoint=checkpoint, attention_backend=parse_backend(attention),
+    )
+    note = RANDOM_NOTE if random_weights else None
+    if note:
+        click.echo(f"wanscope: {note}", err=True)
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=req.steps, unit="step", desc="denoising", file=sys.stderr, dynamic_ncols=True)
+    started = time.perf_counter()
+    try:
+        result = run(parts, req, on_step=lambda i, _latents: bar.update(1))
+    finally:
+        bar.close()
+    elapsed_s = time.perf_counter() - started
+
+    info = {
+        "note": note,
+        "random_weights": random_weights,
+        "checkpoint": None if checkpoint is None else str(checkpoint),
+        "preset": preset,
+        "prompt": req.prompt,
+        "negative_prompt": req.negative_prompt,
+        "height": req.height, "width": req.width, "frames": req.frames,
+        "steps": req.steps, "guidance": req.guidance, "shift": req.shift, "seed": req.seed,
+        "solver": req.solver, "cfg": req.cfg, "attention": attention,
+        "device": str(device), "dtype": dtype, "torch": torch.__version__,
+        "elapsed_s": round(elapsed_s, 3),
+        "peak_memory_bytes": result.peak_memory_bytes,
+    }
+    paths, fallback = write_outputs(result.frames.numpy(), out, cfg.sampling.fps, info)
+    if fallback:
+        click.echo(f"wanscope: {fallback}", err=True)
+    for p in paths:
+        click.echo(str(p))

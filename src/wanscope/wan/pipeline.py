@@ -1,0 +1,264 @@
+"""Text-to-video pipeline: encode prompts -> sync-free denoising loop -> VAE decode.
+
+Stages run one after another and each model is loaded just before its stage and released after
+it, so the text encoder, the DiT and the VAE never hold device memory together (the official
+code offloads the same way). The denoising loop reads nothing back from the device: every
+schedule value is a host float or a device tensor built before the loop, and the step index
+comes from the loop. Each step, CFG branch and DiT block part is a named range (``ranges.py``).
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from wanscope.errors import UsageError
+from wanscope.wan import ranges
+from wanscope.wan.attention import AttentionBackend
+from wanscope.wan.config import WanConfig
+from wanscope.wan.dit import WanDiT
+from wanscope.wan.sampler import SOLVERS, FlowSampler, flow_schedule
+
+CFG_MODES = ("sequential", "batched")
+# per-step hook: (step index, latents after the step) -> None
+StepCallback = Callable[[int, torch.Tensor], None]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One generation. Sizes are explicit height/width (the CLI takes WIDTHxHEIGHT)."""
+
+    prompt: str
+    negative_prompt: str
+    height: int
+    width: int
+    frames: int
+    steps: int
+    guidance: float
+    shift: float
+    seed: int
+    solver: str = "unipc"
+    cfg: str = "sequential"
+    legacy_step_lookup: bool = False
+
+    def validate(self, vae_stride: tuple[int, int, int], patch: tuple[int, int, int]) -> None:
+        """Raises UsageError naming the first bad field."""
+        if not self.prompt.strip():
+            raise UsageError("the prompt is empty")
+        sf, sh, sw = vae_stride
+        mult_h, mult_w = sh * patch[1], sw * patch[2]
+        if self.height <= 0 or self.width <= 0 or self.height % mult_h or self.width % mult_w:
+            raise UsageError(
+                f"size {self.width}x{self.height}: width must be a positive multiple of {mult_w} "
+                f"and height of {mult_h}"
+            )
+        if self.frames < 1 or (self.frames - 1) % sf:
+            raise UsageError(f"frames must be {sf}k+1 (1, 5, ..., 81), got {self.frames}")
+        if self.steps < 1:
+            raise UsageError(f"steps must be >= 1, got {self.steps}")
+        if self.guidance < 0:
+            raise UsageError(f"guidance must be >= 0, got {self.guidance}")
+        if self.shift <= 0:
+            raise UsageError(f"shift must be > 0, got {self.shift}")
+        if self.solver not in SOLVERS:
+            raise UsageError(f"unknown solver {self.solver!r}; known: {', '.join(SOLVERS)}")
+        if self.cfg not in CFG_MODES:
+            raise UsageError(f"unknown cfg mode {self.cfg!r}; known: {', '.join(CFG_MODES)}")
+
+
+@dataclass
+class Components:
+    """Loaders of the three models (each called once, just before its stage).
+
+    ``checkpoint`` is None for random weights, in which case every output says so.
+    """
+
+    config: WanConfig
+    device: torch.device
+    dtype: torch.dtype
+    checkpoint: Path | None = None
+    attention_backend: AttentionBackend = AttentionBackend.SDPA
+    dit_overrides: dict = field(default_factory=dict)
+
+    @property
+    def random_weights(self) -> bool:
+        return self.checkpoint is None
+
+    def text_encoder(self):
+        from wanscope.wan.text_encoder import ByteTokenizer, HFTokenizer, TextEncoder, load_umt5
+
+        te_cfg, text_len = self.config.text_encoder, self.config.dit.text_len
+        if self.random_weights:
+            torch.manual_seed(0)
+            return TextEncoder(load_umt5(None, te_cfg, self.dtype, self.device), ByteTokenizer(), text_len)
+        layout = self._layout()
+        model = load_umt5(layout.text_encoder, te_cfg, self.dtype, self.device)
+        return TextEncoder(model, HFTokenizer(layout.tokenizer), text_len)
+
+    def dit(self) -> WanDiT:
+        from wanscope.wan.weights import load_dit
+
+        if self.random_weights:
+            torch.manual_seed(0)
+            cfg = self.config.dit
+            if self.dit_overrides:
+                from dataclasses import replace
+
+                cfg = replace(cfg, **self.dit_overrides)
+            with torch.device(self.device):
+                model = WanDiT(cfg).init_weights()
+            model = model.set_dtype(self.dtype).eval().requires_grad_(False)
+        else:
+            model = load_dit(self._layout().dit, self.dtype, self.device, **self.dit_overrides)
+        model.attention_backend = self.attention_backend
+        return model
+
+    def vae(self):
+        from wanscope.wan.vae import load_vae
+
+        # fp32 whatever the DiT dtype, as the official Wan2_1_VAE
+        if self.random_weights:
+            torch.manual_seed(0)
+            return load_vae(None, self.config.vae, torch.float32, self.device)
+        return load_vae(self._layout().vae, self.config.vae, torch.float32, self.device)
+
+    def _layout(self):
+        from wanscope.wan.weights import detect_layout
+
+        return detect_layout(self.checkpoint)
+
+
+def release() -> None:
+    """Free what the caller dropped: collect garbage and return cached device memory."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def latent_shape(cfg: WanConfig, height: int, width: int, frames: int) -> tuple[int, int, int, int, int]:
+    """[1, z_dim, (frames-1)/4 + 1, height/8, width/8] (official ``text2video.py`` target_shape)."""
+    sf, sh, sw = cfg.vae.stride
+    return (1, cfg.vae.z_dim, (frames - 1) // sf + 1, height // sh, width // sw)
+
+
+def initial_noise(shape, seed: int, device: torch.device) -> torch.Tensor:
+    """Standard normal fp32 noise from a generator on ``device`` seeded with ``seed``."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    return torch.randn(shape, generator=g, device=device, dtype=torch.float32)
+
+
+@torch.no_grad()
+def denoise(
+    dit: WanDiT,
+    latents: torch.Tensor,
+    cond: torch.Tensor,
+    uncond: torch.Tensor,
+    sampler: FlowSampler,
+    guidance: float,
+    cfg: str = "sequential",
+    start: int = 0,
+    stop: int | None = None,
+    on_step: StepCallback | None = None,
+) -> torch.Tensor:
+    """Run steps ``start..stop-1`` of ``sampler``'s schedule with classifier-free guidance.
+
+    ``velocity = uncond + guidance * (cond - uncond)``; with ``guidance <= 1`` only the cond
+    branch runs. ``batched`` runs cond and uncond as one B=2 forward, ``sequential`` as two.
+
+    Args:
+        latents: [1, C, F, H, W] fp32 at sigma[start].
+        cond, uncond: [1, text_len, text_dim] text states.
+        on_step: called after each step (outside the step's range) with (index, latents).
+
+    Returns:
+        Latents at sigma[stop], fp32.
+    """
+    schedule = sampler.schedule
+    stop = schedule.steps if stop is None else stop
+    timesteps = sampler.device_timesteps(latents.device)  # each step takes a view of it
+    use_cfg = guidance > 1.0
+    if use_cfg and cfg == "batched":
+        context_pair = torch.cat([cond, uncond])
+    with ranges.named_range(ranges.DENOISE):
+        for i in range(start, stop):
+            with ranges.named_range(ranges.STEP.format(i)):
+                t = timesteps[i : i + 1]  # [1], a view: no sync
+                if not use_cfg:
+                    with ranges.named_range(ranges.CFG_COND):
+                        velocity = dit(latents, t, cond)
+                elif cfg == "batched":
+                    with ranges.named_range(ranges.CFG_BATCHED):
+                        v_cond, v_uncond = dit(latents.expand(2, -1, -1, -1, -1), t.expand(2), context_pair).chunk(2)
+                    velocity = v_uncond + guidance * (v_cond - v_uncond)
+                else:
+                    with ranges.named_range(ranges.CFG_COND):
+                        v_cond = dit(latents, t, cond)
+                    with ranges.named_range(ranges.CFG_UNCOND):
+                        v_uncond = dit(latents, t, uncond)
+                    velocity = v_uncond + guidance * (v_cond - v_uncond)
+                latents = sampler.step(i, latents, velocity, t)
+            if on_step is not None:
+                on_step(i, latents)
+    return latents
+
+
+@dataclass
+class Result:
+    """A generated video: [F, H, W, 3] uint8 frames on the CPU and per-stage peak memory (bytes,
+    0 without CUDA)."""
+
+    frames: torch.Tensor
+    peak_memory_bytes: dict[str, int]
+
+
+def _peak(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 0
+    peak = torch.cuda.max_memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    return peak
+
+
+def generate(parts: Components, req: Request, on_step: StepCallback | None = None) -> Result:
+    """Prompt to video frames: each stage loads its model, runs, and releases it.
+
+    Raises:
+        UsageError: bad request values (see ``Request.validate``).
+        InputError: an unusable checkpoint.
+    """
+    cfg = parts.config
+    req.validate(cfg.vae.stride, cfg.dit.patch_size)
+    device = parts.device
+    peaks = {}
+    _peak(device)
+
+    encoder = parts.text_encoder()
+    prompts = [req.prompt, req.negative_prompt] if req.guidance > 1.0 else [req.prompt]
+    states = encoder.encode(prompts)
+    cond, uncond = states[:1], states[1:] if len(prompts) == 2 else states[:1]
+    del encoder, states
+    release()
+    peaks["text_encoding"] = _peak(device)
+
+    dit = parts.dit()
+    cond, uncond = cond.to(dit.dtype), uncond.to(dit.dtype)
+    sampler = FlowSampler(flow_schedule(req.steps, req.shift), req.solver, req.legacy_step_lookup)
+    noise = initial_noise(latent_shape(cfg, req.height, req.width, req.frames), req.seed, device)
+    latents = denoise(dit, noise, cond, uncond, sampler, req.guidance, req.cfg, on_step=on_step)
+    del dit, cond, uncond
+    release()
+    peaks["denoising"] = _peak(device)
+
+    from wanscope.wan.vae import decode
+
+    vae = parts.vae()
+    video = decode(vae, latents, cfg.vae)  # [1, 3, F, H, W] in [-1, 1]
+    del vae
+    release()
+    peaks["vae_decode"] = _peak(device)
+    frames = ((video[0].permute(1, 2, 3, 0) + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).cpu()
+    return Result(frames=frames, peak_memory_bytes=peaks)

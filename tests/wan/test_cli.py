@@ -1,0 +1,101 @@
+"""``wanscope generate`` end to end on the CPU (tiny preset, random weights) and its one-line
+errors for bad input (exit code 2, no traceback, nothing written)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
+
+from conftest import write_official_dit  # noqa: E402
+
+TINY = ["generate", "--preset", "tiny", "--prompt", "a red fox in the snow"]
+
+
+def wanscope(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "wanscope", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_generate_random_weights_writes_decodable_mp4(tmp_path):
+    out = tmp_path / "x.mp4"
+    r = wanscope(*TINY, "--random-weights", "--size", "64x64", "--frames", "5", "--steps", "2", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "RANDOM WEIGHTS" in r.stderr and "denoising" in r.stderr
+    reader = imageio_ffmpeg.read_frames(str(out))
+    meta = reader.__next__()
+    frames = list(reader)
+    assert meta["size"] == (64, 64)
+    assert len(frames) == 5 and all(len(f) == 64 * 64 * 3 for f in frames)
+    assert b"RANDOM WEIGHTS" in out.read_bytes()  # the MP4's comment metadata
+    info = json.loads(out.with_suffix(".json").read_text())
+    assert info["random_weights"] is True and info["note"].startswith("RANDOM WEIGHTS")
+    assert (info["frames"], info["height"], info["width"], info["steps"]) == (5, 64, 64, 2)
+    assert out.with_suffix(".png").stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "x.mp4", "x.png"]  # no temp files left
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--random-weights", "--size", "64x60"], "size 64x60: width must be a positive multiple of 16 and height of 16"),
+        (["--random-weights", "--size", "big"], "--size 'big': expected WIDTHxHEIGHT"),
+        (["--random-weights", "--frames", "6"], "frames must be 4k+1"),
+        ([], "give exactly one of --checkpoint DIR or --random-weights"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(tmp_path, args, message):
+    r = wanscope(*TINY, *args, "--out", str(tmp_path / "x.mp4"))
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_empty_prompt(tmp_path):
+    r = wanscope("generate", "--preset", "tiny", "--random-weights", "--prompt", "  ", "--out", str(tmp_path / "x.mp4"))
+    assert (r.returncode, r.stderr) == (2, "wanscope: error: the prompt is empty\n")
+
+
+def test_directory_that_is_no_checkpoint(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "notes.txt").write_text("hi")
+    r = wanscope(*TINY, "--checkpoint", str(tmp_path / "ckpt"), "--out", str(tmp_path / "x.mp4"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert f"{tmp_path / 'ckpt'}: not a Wan2.1 checkpoint; expected official: config.json" in r.stderr
+    assert "diffusers: model_index.json, transformer/" in r.stderr
+
+
+def test_checkpoint_with_wrong_shapes(tmp_path, diffusers_dit_dir):
+    """A complete official-layout folder whose DiT weights do not fit its config.json."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    ckpt = write_official_dit(tmp_path / "ckpt", diffusers_dit_dir)
+    weights = ckpt / "diffusion_pytorch_model.safetensors"
+    tensors = load_file(weights)
+    tensors["blocks.1.ffn.0.weight"] = torch.zeros(100, 64)
+    save_file(tensors, weights)
+    (ckpt / "models_t5_umt5-xxl-enc-bf16.pth").write_bytes(b"")
+    (ckpt / "Wan2.1_VAE.pth").write_bytes(b"")
+    (ckpt / "google" / "umt5-xxl").mkdir(parents=True)
+    r = wanscope(*TINY, "--checkpoint", str(ckpt), "--out", str(tmp_path / "x.mp4"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert r.stderr == (
+        f"wanscope: error: {ckpt}: blocks.1.ffn.0.weight has shape (100, 64), the config needs (128, 64)\n"
+    )
+    assert not (tmp_path / "x.mp4").exists()
+    from wanscope.errors import InputError
+    from wanscope.wan.weights import load_dit
+
+    with pytest.raises(InputError, match=r"blocks\.1\.ffn\.0\.weight has shape \(100, 64\), the config needs \(128, 64\)"):
+        load_dit(ckpt, dtype=torch.float32)
+    tensors.pop("blocks.1.ffn.0.weight")
+    tensors["blocks.1.extra"] = torch.zeros(1)
+    save_file(tensors, weights)
+    with pytest.raises(InputError, match=r"missing keys: blocks\.1\.ffn\.0\.weight; unexpected keys: blocks\.1\.extra"):
+        load_dit(ckpt, dtype=torch.float32)

@@ -1,0 +1,100 @@
+"""The denoising loop is sync-free: under torch.profiler on the CPU the loop range holds the
+expected DiT forwards and no op that reads the device from the host; a deliberate .item() in
+the loop (the legacy step lookup) is caught by the same check. On CUDA the loop also runs
+under torch.cuda.set_sync_debug_mode("error")."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from wanscope.wan import ranges  # noqa: E402
+from wanscope.wan.config import PRESETS  # noqa: E402
+from wanscope.wan.pipeline import Components, denoise, initial_noise, latent_shape  # noqa: E402
+from wanscope.wan.sampler import FlowSampler, flow_schedule  # noqa: E402
+
+SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")
+STEPS = 3
+CFG = PRESETS["tiny"]
+
+
+def tiny_loop_inputs(device="cpu"):
+    dit = Components(config=CFG, device=torch.device(device), dtype=torch.float32).dit()
+    g = torch.Generator().manual_seed(0)
+    cond = torch.randn(1, CFG.dit.text_len, CFG.dit.text_dim, generator=g).to(device)
+    uncond = torch.randn(1, CFG.dit.text_len, CFG.dit.text_dim, generator=g).to(device)
+    noise = initial_noise(latent_shape(CFG, 32, 48, 5), 0, torch.device(device))
+    return dit, noise, cond, uncond
+
+
+def profile_loop(legacy: bool, cfg: str = "sequential"):
+    """Op names inside the denoising-loop range, counted."""
+    dit, noise, cond, uncond = tiny_loop_inputs()
+    sampler = FlowSampler(flow_schedule(STEPS, 5.0), "unipc", legacy_step_lookup=legacy)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        denoise(dit, noise, cond, uncond, sampler, guidance=5.0, cfg=cfg)
+    events = prof.events()
+    (loop,) = [e for e in events if e.name == ranges.DENOISE]
+    counts: dict[str, int] = {}
+    for e in events:
+        if loop.time_range.start <= e.time_range.start and e.time_range.end <= loop.time_range.end:
+            counts[e.name] = counts.get(e.name, 0) + 1
+    return counts
+
+
+def test_loop_has_no_syncs_and_expected_forwards():
+    counts = profile_loop(legacy=False)
+    assert {op: counts.get(op, 0) for op in SYNC_OPS} == {op: 0 for op in SYNC_OPS}
+    # one patch-embedding convolution per DiT forward: cond and uncond at every step
+    assert counts["aten::conv3d"] == 2 * STEPS
+    assert counts[ranges.CFG_COND] == counts[ranges.CFG_UNCOND] == STEPS
+    assert all(counts[ranges.STEP.format(i)] == 1 for i in range(STEPS))
+    blocks = CFG.dit.num_layers * 2 * STEPS
+    assert counts[ranges.SELF_ATTN] == counts[ranges.CROSS_ATTN] == counts[ranges.FFN] == blocks
+
+
+def test_positive_control_legacy_lookup_is_detected():
+    counts = profile_loop(legacy=True)
+    assert counts["aten::item"] == STEPS  # one nearest-sigma .item() per step
+    assert counts["aten::conv3d"] == 2 * STEPS
+
+
+def test_batched_cfg_is_one_forward_per_step_and_matches_sequential():
+    counts = profile_loop(legacy=False, cfg="batched")
+    assert counts["aten::conv3d"] == STEPS and counts[ranges.CFG_BATCHED] == STEPS
+    assert sum(counts.get(op, 0) for op in SYNC_OPS) == 0
+    dit, noise, cond, uncond = tiny_loop_inputs()
+    out = {}
+    for mode in ("sequential", "batched"):
+        sampler = FlowSampler(flow_schedule(STEPS, 5.0))
+        out[mode] = denoise(dit, noise, cond, uncond, sampler, guidance=5.0, cfg=mode)
+    err = ((out["batched"] - out["sequential"]).abs().max() / out["sequential"].abs().max()).item()
+    assert err <= 1e-5, err
+
+
+def test_window_of_steps_with_callback_equals_full_run():
+    """Issue 4 runs warm-up steps, then profiled steps: two windows must equal one run."""
+    dit, noise, cond, uncond = tiny_loop_inputs()
+    full = denoise(dit, noise, cond, uncond, FlowSampler(flow_schedule(STEPS, 5.0)), guidance=5.0)
+    seen = []
+    sampler = FlowSampler(flow_schedule(STEPS, 5.0))
+    x = denoise(dit, noise, cond, uncond, sampler, 5.0, stop=1, on_step=lambda i, _x: seen.append(i))
+    x = denoise(dit, x, cond, uncond, sampler, 5.0, start=1, on_step=lambda i, _x: seen.append(i))
+    assert seen == [0, 1, 2]
+    assert torch.equal(x, full)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_loop_runs_under_sync_debug_error():
+    dit, noise, cond, uncond = tiny_loop_inputs("cuda")
+    sampler = FlowSampler(flow_schedule(STEPS, 5.0))
+    denoise(dit, noise, cond, uncond, FlowSampler(flow_schedule(STEPS, 5.0)), 5.0)  # warm-up, caches
+    sampler.device_timesteps(noise.device)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = denoise(dit, noise, cond, uncond, sampler, guidance=5.0)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert out.shape == noise.shape and torch.isfinite(out).all()

@@ -18,6 +18,10 @@ COMMANDS = {
     "analyze": "wanscope.analysis.cli:analyze",
     "query": "wanscope.analysis.cli:query",
     "schema": "wanscope.analysis.cli:schema",
+    "ncu": "wanscope.ncu.cli:ncu",
+    "ncu-run": "wanscope.ncu.cli:ncu_run",
+    "report": "wanscope.report.cli:report",
+    "generate": "wanscope.wan.cli:generate",
     "stats": "wanscope.stats.cli:stats",
 }
 

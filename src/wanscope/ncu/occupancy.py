@@ -125,15 +125,22 @@ class Occupancy:
         return 100.0 * self.active_warps_per_sm / self.max_warps_per_sm
 
     @property
-    def limiter(self) -> str:
-        """Which limit binds: ``registers``, ``shared memory``, ``warps`` or ``blocks``."""
+    def limiters(self) -> list[str]:
+        """The limits that bind (several when tied): ``registers``, ``shared memory``,
+        ``warps``, ``blocks``."""
         limits = {
             "registers": self.block_limit_registers,
             "shared memory": self.block_limit_shared_mem,
             "warps": self.block_limit_warps,
             "blocks": self.block_limit_blocks,
         }
-        return min(limits, key=limits.get)
+        low = min(limits.values())
+        return [name for name, v in limits.items() if v == low]
+
+    @property
+    def limiter(self) -> str:
+        """The first binding limit (see ``limiters``)."""
+        return self.limiters[0]
 
 
 def registers_per_warp(a: Arch, registers_per_thread: int) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 
 import pytest
 
@@ -217,3 +218,19 @@ def test_ncu_run_end_to_end_with_a_stand_in_ncu(tmp_path, capsys):
     assert first[-3:] == ["python", "bench.py", "--flag"]
     assert (tmp_path / "cap" / "gemm.details.csv").stat().st_size == os.path.getsize(DERIVED / "cutlass_panjd123_0667dc2e_report_a100.details.base_names.ncu2024.1.1.csv")
     assert [k["verdict"] for k in doc["kernels"]] == ["launch/tail-bound"] * 3
+
+
+def test_ncu_side_never_imports_torch():
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from wanscope.cli import main\n"
+        f"try:\n    main(['ncu', {str(fixture(NSIGHTFUL))!r}, '--format', 'json'])\n"
+        "except SystemExit:\n    pass\n"
+        "import wanscope.ncu.capture, wanscope.ncu.compare\n"
+        "sys.stderr.write('torch' if 'torch' in sys.modules else 'clean')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.stderr == "clean"
+    assert json.loads(proc.stdout)["kernels"][0]["verdict"] == "memory-bound"

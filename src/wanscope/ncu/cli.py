@@ -83,7 +83,7 @@ def _render_comparison(c: Comparison, a_name: str, b_name: str) -> None:
         if v is None:
             return ""
         if isinstance(v, float):
-            return f"{v:,.2f}"
+            return f"{int(v):,}" if v.is_integer() else f"{v:,.2f}"
         return str(v)
 
     console = Console()

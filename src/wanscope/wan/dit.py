@@ -31,7 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from wanscope.wan import ranges
-from wanscope.wan.attention import AttentionBackend, attention
+from wanscope.wan.attention import AttentionBackend, attention, parse_backend
 from wanscope.wan.config import DiTConfig
 
 # Parameters kept in fp32 whatever the model dtype (see the module docstring).
@@ -247,6 +247,15 @@ class WanDiT(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
         self.head = Head(cfg)
         self._rope_cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @property
+    def attention_backend(self) -> AttentionBackend:
+        return self._attention_backend
+
+    @attention_backend.setter
+    def attention_backend(self, backend: AttentionBackend | str) -> None:
+        """Set by name or enum; UsageError for an unknown name."""
+        self._attention_backend = parse_backend(backend)
 
     @property
     def dtype(self) -> torch.dtype:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import queue
+import threading
 import re
 import tempfile
 import zlib
@@ -29,7 +31,7 @@ import orjson
 
 from wanscope.errors import InputError
 
-CHUNK_BYTES = 32 << 20
+CHUNK_BYTES = 8 << 20
 EVENTS_KEY = b'"traceEvents"'
 
 # Kineto category (lower case) -> what it becomes. Older Kineto wrote capitalized names.
@@ -80,7 +82,7 @@ SELECT
   args.stream AS stream_txt, args.grid AS grid_txt, args.block AS block_txt,
   args."registers per thread" AS regs_txt, args."shared memory" AS smem_txt,
   args.bytes AS bytes_txt, args."Input Dims" AS input_dims, args.name AS arg_name
-FROM read_json(?, format = 'newline_delimited', columns = {columns}, maximum_object_size = 1073741824, ignore_errors = true)
+FROM read_json(?, format = 'newline_delimited', columns = {columns}, ignore_errors = true)
 """
 
 
@@ -165,7 +167,6 @@ class _Layout:
         self.kind, self.indent = kind, indent
         self.cut = b"\n" + indent + b"{" if kind == "block" else b"\n"
         self.end = re.compile(rb"\n" + re.escape(indent) + rb"\]")
-        self.event_line = re.compile(rb"\n" + re.escape(indent) + rb"\{")
 
     @classmethod
     def detect(cls, rest: bytes) -> "_Layout | None":
@@ -182,10 +183,17 @@ class _Layout:
     def collapse(self, body: bytes) -> bytes:
         """NDJSON bytes for a run of whole events; raises _NotNative if the run does not
         have the layout."""
-        out = body.replace(b"\n    ", b" ").replace(b"\n  }", b" }") if self.kind == "block" else body
-        if out.count(b"\n") != len(self.event_line.findall(out)):
+        if self.kind == "block":
+            # "\n  }," ends every event but the array's last: one pass closes the event
+            # and drops the comma; the last one ("\n  }" at the very end) is fixed apart.
+            out = body.replace(b"\n    ", b" ").replace(b"\n  },", b" }")
+            if out.endswith(b"\n  }"):
+                out = out[:-4] + b" }"
+        else:
+            out = body.replace(b"},\n", b"}\n")
+        if out.count(b"\n") != out.count(self.cut if self.kind == "block" else b"\n" + self.indent + b"{"):
             raise _NotNative
-        return out.replace(b"},\n", b"}\n").rstrip(b", \t\r\n") + b"\n"
+        return out.rstrip(b", \t\r\n") + b"\n"
 
     def chunks(self, f, rest: bytes):
         """Yield NDJSON chunks of the events region; return the bytes after its ``]``."""
@@ -216,6 +224,48 @@ class _NotNative(Exception):
 
 class _Truncated(Exception):
     pass
+
+
+def _prefetched(chunks, consume) -> bytes:
+    """Run the chunk generator in a background thread, one chunk ahead, while ``consume``
+    (DuckDB parsing, which releases the GIL) works on the previous chunk: the byte
+    transforms and the parse overlap on two cores. Returns the generator's return value;
+    re-raises its exceptions here."""
+    q: queue.Queue = queue.Queue(maxsize=1)
+
+    result: dict = {}
+
+    def produce():
+        try:
+            result["value"] = yield_all()
+            q.put(("done", None))
+        except BaseException as e:  # handed to the consumer, re-raised there
+            q.put(("error", e))
+
+    def yield_all():
+        while True:
+            try:
+                q.put(("chunk", next(chunks)))
+            except StopIteration as stop:
+                return stop.value
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, item = q.get()
+            if kind == "chunk":
+                consume(item)
+            elif kind == "error":
+                raise item
+            else:
+                return result.get("value") or b""
+    finally:
+        while thread.is_alive():  # unblock the producer if the consumer failed
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                thread.join(0.05)
 
 
 def _stream_events(f, path: Path, writer: _NdjsonWriter) -> None:
@@ -279,11 +329,7 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
                 trailer = b""
                 if layout is not None:
                     try:
-                        gen = layout.chunks(f, rest)
-                        while True:
-                            writer.write(next(gen))
-                    except StopIteration as stop:
-                        trailer = stop.value or b""
+                        trailer = _prefetched(layout.chunks(f, rest), writer.write)
                     except _NotNative:
                         if staged["chunks"]:
                             raise InputError(path, "event layout changes midway through the file") from None
@@ -296,8 +342,10 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
             meta = _header_dict(header, trailer, path)
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise InputError(path, f"truncated or corrupt gzip ({e})") from None
-    except duckdb.Error as e:
+    except duckdb.InvalidInputException as e:
         raise InputError(path, f"malformed JSON ({str(e).splitlines()[0][:120]})") from None
+    except duckdb.Error as e:
+        raise InputError(path, f"cannot ingest ({str(e).splitlines()[0][:120]})") from None
     except OSError as e:
         raise InputError(path, f"cannot read: {e.strerror or e}") from None
 

@@ -7,7 +7,10 @@ wanscope wrote earlier with ``--db``.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -16,6 +19,10 @@ import duckdb
 from wanscope.errors import InputError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+# DuckDB's buffer limit: past it, table data and intermediates spill to a temporary
+# directory, so peak memory stays bounded for traces of any size (measured:
+# benchmarks/RESULTS.md, "analyze").
+DUCKDB_MEMORY_LIMIT = "160MB"
 GZIP_MAGIC = b"\x1f\x8b"
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
 
@@ -93,7 +100,12 @@ def open_traces(paths, db: str | os.PathLike | None = None) -> duckdb.DuckDBPyCo
     if db is not None:
         tmp_db = Path(f"{db}.tmp-{os.getpid()}")
         tmp_db.unlink(missing_ok=True)
-    con = duckdb.connect(str(tmp_db) if tmp_db else ":memory:")
+    config = {"memory_limit": DUCKDB_MEMORY_LIMIT, "preserve_insertion_order": False}
+    if tmp_db is None:
+        spill = tempfile.mkdtemp(prefix="wanscope-spill-")
+        atexit.register(shutil.rmtree, spill, ignore_errors=True)
+        config["temp_directory"] = spill
+    con = duckdb.connect(str(tmp_db) if tmp_db else ":memory:", config=config)
     try:
         con.execute(schema_sql())
         for source_id, (path, kind) in enumerate(zip(files, kinds)):

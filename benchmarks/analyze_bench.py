@@ -1,0 +1,123 @@
+"""Ingest + analyze speed and memory against Holistic Trace Analysis on a large trace.
+
+Builds a >= 500 MB trace in torch.profiler's own layout by repeating the event blocks of
+the H200 Wan2.1 trace with shifted timestamps and ids, and the same events one per line;
+then times, each in a fresh process, ``wanscope analyze --format json`` on both and HTA
+(load + temporal, idle-time and kernel breakdowns) on the native file, reporting wall time
+and peak RSS. Goal (issue 2): >= 10x faster than HTA, peak RSS <= 0.5x the file.
+
+    python benchmarks/analyze_bench.py [--copies 50] [--workdir DIR] [--skip-hta]
+
+The last line printed is machine-readable JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from wanscope.data import default_trace
+
+# Fields shifted per copy so that copies neither overlap in time nor share ids.
+_FIELD = re.compile(rb'"(ts|External id|correlation|id|Python id|Python parent id|Ev Idx)": (-?\d+)(\.\d+)?')
+
+
+def build(out_native: Path, out_lines: Path, copies: int) -> int:
+    """Write both layouts; return the size of the native file in bytes."""
+    text = gzip.decompress(default_trace().read_bytes())
+    head_end = text.index(b'"traceEvents": [') + len(b'"traceEvents": [')
+    body_end = text.rindex(b"\n  ]")
+    header, body, trailer = text[:head_end], text[head_end:body_end], text[body_end:]
+    span_us = 700_000  # longer than the trace (615 ms), so copies follow each other
+    id_step = 10_000_000
+    blocks = body.split(b"\n  {")[1:]
+    with open(out_native, "wb") as nat, open(out_lines, "wb") as lin:
+        nat.write(header)
+        lin.write(b'{"traceEvents": [')
+        for k in range(copies):
+            def shift(m, k=k):
+                field, whole, frac = m.group(1), int(m.group(2)), m.group(3) or b""
+                delta = k * span_us if field == b"ts" else k * id_step
+                return b'"%s": %d%s' % (field, whole + delta, frac)
+
+            shifted = _FIELD.sub(shift, body)
+            if k:
+                nat.write(b",")
+            nat.write(shifted.rstrip().rstrip(b","))
+            for i, block in enumerate(shifted.split(b"\n  {")[1:]):
+                line = b"{" + re.sub(rb"\s*\n\s*", b" ", block).rstrip().rstrip(b",")
+                lin.write((b"\n" if (k == 0 and i == 0) else b",\n") + line)
+            assert len(blocks) == i + 1
+        nat.write(trailer)
+        lin.write(b"\n]}\n")
+    return out_native.stat().st_size
+
+
+def measure(cmd: list[str]) -> dict:
+    """Wall time and peak RSS (MiB, from wait4's rusage of that one child) of a fresh process."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode:
+            err.seek(0)
+            raise SystemExit(f"{cmd[:3]} failed: {err.read()[-2000:].decode(errors='replace')}")
+    return {"wall_s": round(wall, 2), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
+
+
+HTA_SCRIPT = """
+import sys
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir=sys.argv[1])
+a.get_temporal_breakdown(visualize=False)
+a.get_idle_time_breakdown(visualize=False)
+a.get_gpu_kernel_breakdown(visualize=False)
+print("hta done")
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--copies", type=int, default=50)
+    ap.add_argument("--workdir", type=Path)
+    ap.add_argument("--skip-hta", action="store_true")
+    args = ap.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="wanscope-bench-"))
+    (work / "native").mkdir(parents=True, exist_ok=True)
+    native, lines = work / "native" / "rank-0.pt.trace.json", work / "lines.json"
+    t0 = time.perf_counter()
+    size = build(native, lines, args.copies)
+    print(f"built {size / 1e6:.0f} MB native + {lines.stat().st_size / 1e6:.0f} MB one-per-line "
+          f"in {time.perf_counter() - t0:.1f} s under {work}", flush=True)
+    results = {}
+    wanscope = [sys.executable, "-m", "wanscope", "analyze", "--format", "json"]
+    results["wanscope_native"] = measure(wanscope + [str(native)])
+    results["wanscope_lines"] = measure(wanscope + [str(lines)])
+    if not args.skip_hta:
+        results["hta_native"] = measure([sys.executable, "-c", HTA_SCRIPT, str(native.parent)])
+    for name, r in results.items():
+        print(f"{name:18s} wall {r['wall_s']:7.2f} s   peak RSS {r['peak_rss_mb']:8.1f} MB")
+    summary = {
+        "file_mb": round(size / 1e6, 1), "copies": args.copies, "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        **{k: {"wall_s": v["wall_s"], "peak_rss_mb": v["peak_rss_mb"]} for k, v in results.items()},
+    }
+    if "hta_native" in results:
+        summary["speedup_vs_hta"] = round(results["hta_native"]["wall_s"] / results["wanscope_native"]["wall_s"], 1)
+    summary["rss_over_file"] = round(results["wanscope_native"]["peak_rss_mb"] * 2**20 / size, 3)
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

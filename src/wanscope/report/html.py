@@ -1,0 +1,110 @@
+"""The self-contained HTML report: one file, works offline (plotly.js inlined, no CDN).
+
+Plots: GPU timeline per stream with the largest idle gaps marked, time by category, top
+kernels, per-step CPU and GPU times, and an icicle graph of host time. Tables: the call
+stack behind the largest gaps, syncs. The page is rendered from the Jinja2 template
+``templates/report.html`` shipped with the package.
+"""
+
+from __future__ import annotations
+
+import html
+from importlib import resources
+
+import jinja2
+
+from wanscope.report.units import fmt_ns, fmt_pct
+
+MAX_HTML_BYTES = 8 << 20
+
+
+def _figures(result: dict, segments: list[dict], icicle: list[dict]) -> list[tuple[str, str, object]]:
+    """(element id, title, plotly figure) for every plot on the page."""
+    import plotly.graph_objects as go
+
+    figs = []
+    for d in result["devices"]:
+        key = f"r{d['rank']}d{d['device']}"
+        fig = go.Figure()
+        mine = [s for s in segments if (s["rank"], s["device"]) == (d["rank"], d["device"])]
+        streams = sorted({s["stream"] for s in mine})
+        for category in sorted({s["category"] for s in mine}):
+            xs, ys, texts = [], [], []
+            for s in mine:
+                if s["category"] != category:
+                    continue
+                y = f"stream {s['stream']}"
+                xs += [s["start_ns"] / 1e6, s["end_ns"] / 1e6, None]
+                ys += [y, y, None]
+                label = f"{s['name'][:80]} ({s['ops']} ops)"
+                texts += [label, label, None]
+            fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"width": 14}, name=category,
+                                       text=texts, hoverinfo="text+name"))
+        gx, gy, gt = [], [], []
+        for g in d["gaps"]["largest"]:
+            a = (g["start_ns"] - d["window_start_ns"]) / 1e6
+            gx += [a, a + g["dur_ns"] / 1e6, None]
+            gy += ["idle gaps", "idle gaps", None]
+            label = f"idle {fmt_ns(g['dur_ns'])} before {g['next_op']['name'][:60]}"
+            gt += [label, label, None]
+        fig.add_trace(go.Scattergl(x=gx, y=gy, mode="lines", line={"width": 14, "color": "red"},
+                                   name="largest idle gaps", text=gt, hoverinfo="text"))
+        fig.update_layout(height=160 + 40 * len(streams), xaxis_title="ms from window start",
+                          margin={"l": 90, "r": 20, "t": 30, "b": 40})
+        figs.append((f"timeline-{key}", f"GPU timeline, rank {d['rank']} device {d['device']}", fig))
+
+        cats = [c for c in d["categories"]]
+        fig = go.Figure(go.Bar(x=[c["total_ns"] / 1e6 for c in cats], y=[c["category"] for c in cats],
+                               orientation="h", text=[fmt_pct(c["pct"]) for c in cats]))
+        fig.update_layout(height=120 + 28 * len(cats), xaxis_title="ms", yaxis={"autorange": "reversed"},
+                          margin={"l": 120, "r": 20, "t": 30, "b": 40})
+        figs.append((f"categories-{key}", "Time by category", fig))
+
+        tops = d["top_kernels"]
+        fig = go.Figure(go.Bar(x=[k["total_ns"] / 1e6 for k in tops],
+                               y=[k["name"].removeprefix("void ")[:60] for k in tops],
+                               orientation="h", text=[fmt_pct(k["pct"]) for k in tops],
+                               hovertext=[k["name"] for k in tops]))
+        fig.update_layout(height=120 + 28 * len(tops), xaxis_title="ms", yaxis={"autorange": "reversed"},
+                          margin={"l": 420, "r": 20, "t": 30, "b": 40})
+        figs.append((f"kernels-{key}", "Top kernels", fig))
+    if result["steps"]:
+        steps = result["steps"]
+        labels = [f"r{s['rank']} step {s['step']}" for s in steps]
+        fig = go.Figure([
+            go.Bar(name="CPU", x=labels, y=[s["cpu_dur_ns"] / 1e6 for s in steps]),
+            go.Bar(name="GPU", x=labels, y=[(s["gpu_dur_ns"] or 0) / 1e6 for s in steps]),
+        ])
+        fig.update_layout(barmode="group", yaxis_title="ms", height=320, margin={"t": 30})
+        figs.append(("steps", "Per-step time (CPU range and GPU interval)", fig))
+    if icicle:
+        # "remainder" values (a node's time not in its drawn children) tolerate the small
+        # overlaps that clock granularity leaves between nested host ranges.
+        child_sum: dict[str, int] = {}
+        for n in icicle:
+            child_sum[n["parent"]] = child_sum.get(n["parent"], 0) + n["total_ns"]
+        own = [max(n["total_ns"] - child_sum.get(n["id"], 0), 0) / 1e6 for n in icicle]
+        fig = go.Figure(go.Icicle(ids=[n["id"] for n in icicle], parents=[n["parent"] for n in icicle],
+                                  labels=[n["label"][:60] for n in icicle],
+                                  values=own, branchvalues="remainder",
+                                  hovertext=[f"{n['label']}<br>{fmt_ns(n['total_ns'])}" for n in icicle],
+                                  hoverinfo="text", tiling={"orientation": "v"}))
+        fig.update_layout(height=700, margin={"t": 30, "l": 10, "r": 10, "b": 10})
+        figs.append(("icicle", "Host time (icicle: identical stacks merged, nodes under 0.1% pruned)", fig))
+    return figs
+
+
+def render_html(result: dict, segments: list[dict], icicle: list[dict], title: str) -> str:
+    """The whole page as one string (at most ``MAX_HTML_BYTES`` for realistic traces)."""
+    figs = _figures(result, segments, icicle)
+    plots = [{"id": fid, "title": t, "json": fig.to_json()} for fid, t, fig in figs]
+    plotly_js = resources.files("plotly").joinpath("package_data/plotly.min.js").read_text()
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(
+            lambda name: resources.files("wanscope.report").joinpath("templates", name).read_text()),
+        autoescape=True,
+    )
+    env.filters["ns"] = fmt_ns
+    env.filters["pct"] = fmt_pct
+    return env.get_template("report.html").render(
+        title=title, result=result, plots=plots, plotly_js=plotly_js, escape=html.escape)

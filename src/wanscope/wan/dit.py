@@ -141,6 +141,9 @@ class Attention(nn.Module):
         self.o = nn.Linear(cfg.dim, cfg.dim)
         self.norm_q = RMSNorm(cfg.dim, cfg.eps) if cfg.qk_norm else nn.Identity()
         self.norm_k = RMSNorm(cfg.dim, cfg.eps) if cfg.qk_norm else nn.Identity()
+        # The attention call: [B, L, N, D] q, k, v -> [B, L, N, D]. Ulysses sequence parallelism
+        # replaces it on self-attention with its all-to-alls around it (wanscope.parallel).
+        self.attend = attention
 
     def forward(
         self,
@@ -157,7 +160,7 @@ class Attention(nn.Module):
         v = self.v(kv).unflatten(-1, (self.num_heads, -1))  # [B, Lk, N, D]
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        return self.o(attention(q, k, v, backend).flatten(2))  # [B, L, dim]
+        return self.o(self.attend(q, k, v, backend).flatten(2))  # [B, L, dim]
 
 
 class Block(nn.Module):
@@ -247,6 +250,9 @@ class WanDiT(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
         self.head = Head(cfg)
         self._rope_cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        # Ulysses sequence parallelism (wanscope.parallel.ulysses) sets this: the blocks then
+        # run on this rank's tokens and the head's output is gathered from every rank.
+        self.sequence_parallel = None
 
     @property
     def attention_backend(self) -> AttentionBackend:
@@ -324,11 +330,15 @@ class WanDiT(nn.Module):
         e6 = self.time_projection(e).unflatten(1, (6, cfg.dim))  # [B, 6, dim] fp32
         ctx = self.text_embedding(context.to(dtype))  # [B, Lc, dim]
         rope = self.rope(grid, latents.device)
+        if self.sequence_parallel is not None:
+            x, rope = self.sequence_parallel.shard(x, rope)  # [B, L_r, dim], this rank's tokens
 
         for block in self.blocks:
             x = block(x, e6, ctx, rope, self.attention_backend)
 
-        out = self.head(x, e)  # [B, L, pt*ph*pw*C] fp32
+        out = self.head(x, e)  # [B, L, pt*ph*pw*C] fp32 (L_r tokens under Ulysses)
+        if self.sequence_parallel is not None:
+            out = self.sequence_parallel.gather(out)  # [B, L, pt*ph*pw*C] from every rank
         out = out.view(b, *grid, pt, ph, pw, cfg.out_channels)  # [B, F, H, W, pt, ph, pw, C]
         out = out.permute(0, 7, 1, 4, 2, 5, 3, 6)  # [B, C, F, pt, H, ph, W, pw]
         return out.reshape(b, cfg.out_channels, f, h, w)  # [B, C, F, H, W]

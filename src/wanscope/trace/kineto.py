@@ -65,7 +65,7 @@ _ARGS = {
     "External id": "VARCHAR", "correlation": "VARCHAR", "device": "VARCHAR",
     "stream": "VARCHAR", "grid": "VARCHAR", "block": "VARCHAR",
     "registers per thread": "VARCHAR", "shared memory": "VARCHAR", "bytes": "VARCHAR",
-    "Input Dims": "JSON", "name": "VARCHAR",
+    "Input Dims": "VARCHAR", "name": "VARCHAR",
 }
 _COLUMNS = {
     "ph": "VARCHAR", "cat": "VARCHAR", "name": "VARCHAR", "pid": "VARCHAR", "tid": "VARCHAR",

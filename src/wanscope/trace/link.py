@@ -41,8 +41,7 @@ SELECT c.id, p.id, c.depth, c.kind, c.name, c.rank, c.pid, c.tid, c.start_ns, c.
 FROM _nested c
 ASOF LEFT JOIN _nested p
   ON c.rank = p.rank AND c.pid = p.pid AND c.tid = p.tid AND p.depth = c.depth - 1
- AND c.start_ns >= p.start_ns
-ORDER BY c.id;
+ AND c.start_ns >= p.start_ns;
 DROP TABLE _ops; DROP TABLE _depth; DROP TABLE _nested;
 """
 

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import TEXT_LEN, TINY_DIFFUSERS_CONFIG, rel_max_err  # noqa: E402
+from wan_helpers import TEXT_LEN, TINY_DIFFUSERS_CONFIG, rel_max_err  # noqa: E402
 
 from wanscope.wan.attention import AttentionBackend  # noqa: E402
 from wanscope.wan.weights import load_dit, official_key  # noqa: E402

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import rel_max_err  # noqa: E402
+from wan_helpers import rel_max_err  # noqa: E402
 
 from wanscope.errors import UsageError  # noqa: E402
 from wanscope.wan.sampler import FlowSampler, flow_schedule  # noqa: E402

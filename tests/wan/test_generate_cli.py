@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("torch")
 imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
 
-from conftest import write_official_dit  # noqa: E402
+from wan_helpers import write_official_dit  # noqa: E402
 
 TINY = ["generate", "--preset", "tiny", "--prompt", "a red fox in the snow"]
 

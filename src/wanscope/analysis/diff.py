@@ -1,0 +1,189 @@
+"""``diff``: what changed between two traces (eager vs compiled, before vs after a fix).
+
+Each trace is analyzed on its own connection with the same functions as ``analyze``, so
+every number on one side equals what ``analyze`` reports for that trace. Definitions:
+
+- Totals (window, busy, kernel and memory-op counts and times, category times) are summed
+  over the trace's (rank, device) pairs; with one device they are ``analyze``'s numbers.
+  ``utilization_pct`` = busy / window of those sums.
+- ``time_ns``, the time compared: the mean GPU time of a step (first to last GPU work
+  launched inside the step's range) when both traces have steps with GPU work, else each
+  trace's window (the longest (rank, device) window). ``time_basis`` says which.
+- Shares (``*_pct``) are shares of summed kernel time, as in ``analyze``; memory
+  operations are categories of their own with ``pct`` None. Share deltas are in
+  percentage points; ``time_change_pct`` is relative (positive = NEW slower).
+- Attention's share is the ``attention`` category's (a Triton kernel named after an
+  attention op is a fused kernel, not attention: DESIGN.md, "Categories").
+- Kernels appeared / disappeared / changed are matched by exact name over the whole trace.
+"""
+
+from __future__ import annotations
+
+from wanscope.analysis.categories import categorize
+from wanscope.analysis.fused import OPS_PARTIAL_NOTE, aten_calls, fused_kernels, ops_summary
+from wanscope.analysis.kernels import categories
+from wanscope.analysis.scope import Scope
+from wanscope.analysis.steps import step_times
+from wanscope.analysis.summary import sources, warnings
+from wanscope.analysis.utilization import device_utilization
+
+SCHEMA_VERSION = 1
+SIDES = ("base", "new")
+_SUMMED = ("window_ns", "busy_ns", "kernel_count", "kernel_time_ns", "memop_count", "memop_time_ns")
+
+
+def _pct(part: int, whole: int) -> float | None:
+    return round(100.0 * part / whole, 4) if whole else None
+
+
+def _delta(a, b):
+    return None if a is None or b is None else round(b - a, 4)
+
+
+def trace_totals(con, label: str) -> dict:
+    """One trace's side of the diff.
+
+    Returns a dict: ``label``, ``sources``, ``ingest_warnings``, ``devices`` (count),
+    ``steps`` (steps with GPU work), ``mean_step_ns`` (None without such steps),
+    ``longest_window_ns``, the sums of ``_SUMMED`` (ns and counts), ``utilization_pct``,
+    and, not part of the JSON, ``_categories`` (category -> [count, total_ns, is_kernel])
+    and ``_kernels`` (name -> [count, total_ns]).
+    """
+    scope = Scope()
+    devices = device_utilization(con, scope)
+    steps = [s["gpu_dur_ns"] for s in step_times(con, scope) if s["gpu_dur_ns"] is not None]
+    out = {"label": label, "sources": sources(con), "ingest_warnings": warnings(con), "devices": len(devices),
+           "steps": len(steps), "mean_step_ns": round(sum(steps) / len(steps)) if steps else None,
+           "longest_window_ns": max((d["window_ns"] for d in devices), default=None)}
+    for field in _SUMMED:
+        out[field] = sum(d[field] for d in devices)
+    out["utilization_pct"] = _pct(out["busy_ns"], out["window_ns"])
+    cats: dict[str, list] = {}
+    for rows in categories(con, scope).values():
+        for r in rows:
+            acc = cats.setdefault(r["category"], [0, 0, r["pct"] is not None])
+            acc[0] += r["count"]
+            acc[1] += r["total_ns"]
+    out["_categories"] = cats
+    out["_kernels"] = {name: [int(n), int(t)] for name, n, t in con.execute(
+        "SELECT name, count(*), sum(dur_ns) FROM kernels GROUP BY name").fetchall()}
+    return out
+
+
+def _category_rows(base: dict, new: dict) -> list[dict]:
+    """Kernel categories first, then memory operations; each by the larger side's time."""
+    keyed = []
+    for category in set(base["_categories"]) | set(new["_categories"]):
+        b = base["_categories"].get(category)
+        n = new["_categories"].get(category)
+        is_kernel = (b or n)[2]
+        b, n = b or [0, 0, is_kernel], n or [0, 0, is_kernel]
+        bp = _pct(b[1], base["kernel_time_ns"]) if is_kernel else None
+        np_ = _pct(n[1], new["kernel_time_ns"]) if is_kernel else None
+        row = {"category": category, "base_count": b[0], "new_count": n[0], "base_ns": b[1], "new_ns": n[1],
+               "delta_ns": n[1] - b[1], "base_pct": bp, "new_pct": np_, "delta_pct": _delta(bp, np_)}
+        keyed.append(((not is_kernel, -max(b[1], n[1]), category), row))
+    return [row for _, row in sorted(keyed, key=lambda kr: kr[0])]
+
+
+def _kernel_changes(base: dict, new: dict, top: int) -> dict:
+    bk, nk = base["_kernels"], new["_kernels"]
+
+    def side_rows(names, kernels, kernel_time):
+        rows = [{"name": k, "category": categorize(k), "count": kernels[k][0], "total_ns": kernels[k][1],
+                 "pct": _pct(kernels[k][1], kernel_time)} for k in names]
+        rows.sort(key=lambda r: (-r["total_ns"], r["name"]))
+        return {"names": len(rows), "count": sum(r["count"] for r in rows),
+                "total_ns": sum(r["total_ns"] for r in rows), "top": rows[:top]}
+
+    changes = []
+    for k in set(bk) | set(nk):
+        b, n = bk.get(k, [0, 0]), nk.get(k, [0, 0])
+        changes.append({"name": k, "category": categorize(k), "base_count": b[0], "new_count": n[0],
+                        "base_ns": b[1], "new_ns": n[1], "delta_ns": n[1] - b[1]})
+    changes.sort(key=lambda r: (-abs(r["delta_ns"]), r["name"]))
+    return {"common": len(set(bk) & set(nk)),
+            "appeared": side_rows(set(nk) - set(bk), nk, new["kernel_time_ns"]),
+            "disappeared": side_rows(set(bk) - set(nk), bk, base["kernel_time_ns"]),
+            "top_changes": changes[:top]}
+
+
+def diff(base_con, new_con, base_label: str = "BASE", new_label: str = "NEW", top: int = 10) -> dict:
+    """Compare two ingested traces.
+
+    Args:
+        base_con, new_con: DuckDB connections with the canonical tables, one per trace
+            (``wanscope.trace.open_traces``).
+        base_label, new_label: how the traces are named in the result (their paths).
+        top: kernels listed under appeared, disappeared and top changes.
+
+    Returns:
+        A dict: ``schema_version``, ``base`` and ``new`` (each trace's totals, see
+        :func:`trace_totals`, plus ``time_ns``), ``time_basis`` (``step`` or ``window``),
+        ``delta``, ``attention`` (``base_pct``, ``new_pct``, ``delta_pct``), ``categories``,
+        ``kernels``, ``fused_kernels``, ``fused_ops``, ``warnings`` and ``notes`` (plain
+        sentences). The README documents each field.
+    """
+    sides = {"base": trace_totals(base_con, base_label), "new": trace_totals(new_con, new_label)}
+    base, new = sides["base"], sides["new"]
+    warn = []
+    for side, t in sides.items():
+        if not t["devices"]:
+            warn.append(f"{side.upper()} ({t['label']}) has no GPU activity: its times and shares are empty")
+    basis = "step" if base["steps"] and new["steps"] else "window"
+    for t in sides.values():
+        t["time_ns"] = t["mean_step_ns"] if basis == "step" else t["longest_window_ns"]
+    if basis == "window" and (base["steps"] or new["steps"]):
+        with_steps = "BASE" if base["steps"] else "NEW"
+        warn.append(f"only {with_steps} has steps with GPU work: times compared are whole windows")
+    if basis == "step" and base["steps"] != new["steps"]:
+        warn.append(f"BASE has {base['steps']} steps and NEW {new['steps']}: totals differ for that reason too; "
+                    "compare the per-step time and the shares")
+    kernels = _kernel_changes(base, new, top)
+    if base["_kernels"] and new["_kernels"] and not kernels["common"]:
+        warn.append("BASE and NEW share no kernel names: they may be different workloads; "
+                    "totals and shares still compare")
+    cats = _category_rows(base, new)
+    attention = next((c for c in cats if c["category"] == "attention"), {})
+    shares = {f"{s}_pct": attention.get(f"{s}_pct", 0.0) if sides[s]["kernel_time_ns"] else None for s in SIDES}
+    shares["delta_pct"] = _delta(shares["base_pct"], shares["new_pct"])
+
+    calls = {"base": aten_calls(base_con), "new": aten_calls(new_con)}
+    fused, fused_ops = [], []
+    for side, con in (("base", base_con), ("new", new_con)):
+        other = "new" if side == "base" else "base"
+        rows = fused_kernels(con, per_device=False).get((), [])
+        for r in rows:
+            r["trace"] = side
+            r["eager_ops"] = [op for op in r["ops"] if calls[other].get(op)]
+        fused += rows
+        for r in ops_summary(rows, calls[other], calls[side]):
+            fused_ops.append({"trace": side, **r})
+    notes = [OPS_PARTIAL_NOTE] if fused else []
+    if fused and not any(calls.values()):
+        notes.append("neither trace recorded aten ops on the host, so fused ops cannot be matched to eager ops")
+
+    def change_pct(a, b):
+        return round(100.0 * (b - a) / a, 4) if a and b is not None else None
+
+    public = {s: {k: v for k, v in t.items() if not k.startswith("_")} for s, t in sides.items()}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        **public,
+        "time_basis": basis,
+        "delta": {
+            "time_ns": None if base["time_ns"] is None or new["time_ns"] is None else new["time_ns"] - base["time_ns"],
+            "time_change_pct": change_pct(base["time_ns"], new["time_ns"]),
+            "busy_ns": new["busy_ns"] - base["busy_ns"],
+            "utilization_pct": _delta(base["utilization_pct"], new["utilization_pct"]),
+            "kernel_count": new["kernel_count"] - base["kernel_count"],
+            "kernel_time_ns": new["kernel_time_ns"] - base["kernel_time_ns"],
+        },
+        "attention": shares,
+        "categories": cats,
+        "kernels": kernels,
+        "fused_kernels": fused,
+        "fused_ops": fused_ops,
+        "warnings": warn,
+        "notes": notes,
+    }

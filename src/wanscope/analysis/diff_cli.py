@@ -1,0 +1,68 @@
+"""``wanscope diff``: compare two traces (eager vs compiled, before vs after a change)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from wanscope.clitools import dumps_json, format_option
+from wanscope.errors import UsageError
+
+DIFF_HELP = """Compare two GPU traces: time (mean step GPU time when both have steps, else
+the window), busy time, utilization, kernel launches, time and share by category,
+attention's share before and after, kernels that appeared, disappeared or changed most,
+and the fused Triton kernels of a torch.compile run with the ops fused into each.
+
+BASE and NEW: each a Kineto .json/.json.gz file, an Nsight Systems .sqlite export, a
+directory of rank files or a database kept with `analyze --db` (mixed formats are fine).
+
+All times are integer nanoseconds. JSON fields are documented in the README ("diff JSON").
+With --fail-if-slower PCT the exit code is 1 when NEW's time is more than PCT percent
+above BASE's."""
+
+
+@click.command(help=DIFF_HELP)
+@click.argument("base", type=click.Path())
+@click.argument("new", type=click.Path())
+@format_option("table", "json", "html")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(1),
+              help="Kernels listed as appeared, disappeared and top changes.")
+@click.option("--fail-if-slower", "fail_pct", type=click.FloatRange(0), metavar="PCT",
+              help="Exit with code 1 when NEW's time is more than PCT percent above BASE's (for CI).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="File the HTML page is written to (required with --format html).")
+def diff(base, new, fmt, top, fail_pct, out):
+    from wanscope.analysis.diff import diff as run
+    from wanscope.trace import open_traces
+
+    if fmt == "html" and out is None:
+        raise UsageError("--format html needs --out FILE")
+    if fmt != "html" and out is not None:
+        raise UsageError("--out is for --format html")
+    result = run(open_traces([base]), open_traces([new]), str(base), str(new), top=top)
+    if fmt == "json":
+        click.echo(dumps_json(result))
+        for w in result["warnings"]:  # the table shows them; JSON readers may not look
+            click.echo(f"wanscope: warning: {w}", err=True)
+    else:
+        from wanscope.report.diff_text import render_diff
+
+        render_diff(result)
+    if fmt == "html":
+        from wanscope.report.diff_html import render_diff_html
+        from wanscope.report.write import write_atomic
+
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(out, render_diff_html(result, f"wanscope diff: {Path(base).name} vs {Path(new).name}"))
+        click.echo(f"wrote {out}")
+    if fail_pct is not None:
+        change = result["delta"]["time_change_pct"]
+        if change is None:
+            raise UsageError("--fail-if-slower: the times cannot be compared (a trace has no GPU activity)")
+        if change > fail_pct:
+            click.echo(f"wanscope: NEW is {change:.2f}% slower than BASE ({result['time_basis']} time), "
+                       f"more than --fail-if-slower {fail_pct:g}%", err=True)
+            # SystemExit, not click's Exit: wanscope.cli.main runs click with
+            # standalone_mode=False, where an Exit becomes a return value that is dropped.
+            raise SystemExit(1)

@@ -1,0 +1,121 @@
+"""Terminal rendering of the ``diff`` result with rich tables."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Column, Table
+
+from wanscope.analysis.fused import KINDS
+from wanscope.report.units import fmt_ns, fmt_pct
+
+DEFINITIONS = (
+    "Definitions: time = mean GPU time of a step when both traces have steps, else the window (first to last GPU "
+    "activity); window, busy and kernel totals are summed over (rank, device); utilization = busy / window; "
+    "% = share of summed kernel time; deltas of shares are in percentage points (pp)."
+)
+TIME_LABELS = {"step": "time (mean step GPU time)", "window": "time (window)"}
+
+
+def short_name(name: str, width: int = 90) -> str:
+    """A kernel name cut to ``width`` characters (C++ template names run to thousands)."""
+    name = name.removeprefix("void ")
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def signed_ns(ns) -> str:
+    """A duration change with its sign: ``+1.200 ms``, ``-350 ns``."""
+    if ns is None:
+        return "-"
+    return ("+" if ns > 0 else "") + fmt_ns(ns)
+
+
+def signed_count(n) -> str:
+    return "-" if n is None else f"{n:+,}"
+
+
+def signed_pp(pp) -> str:
+    return "-" if pp is None else f"{pp:+.2f} pp"
+
+
+def ops_text(kernel: dict) -> str:
+    """A fused kernel's ops, unmatched tokens marked with ``?``."""
+    if not kernel["ops"]:
+        return "(no ops in the name)"
+    return ", ".join(f"{op}?" if op in kernel["unmatched"] else op for op in kernel["ops"])
+
+
+def render_diff(result: dict, console: Console | None = None) -> None:
+    """Print the diff: the two traces, warnings, a summary of time, busy, utilization and
+    launches, attention's share, time by category, kernels appeared, disappeared and
+    changed, the fused Triton kernels and the eager ops they replaced."""
+    c = console or Console()
+    base, new = result["base"], result["new"]
+    c.print(f"[bold]BASE:[/bold] {base['label']}\n[bold]NEW:[/bold]  {new['label']}")
+    for w in result["warnings"]:
+        c.print(f"[yellow]warning: {w}[/yellow]")
+    d = result["delta"]
+    t = Table("", "BASE", "NEW", "change", title="summary")
+    change = signed_ns(d["time_ns"])
+    if d["time_change_pct"] is not None:
+        change += f" ({d['time_change_pct']:+.2f}%)"
+    t.add_row(TIME_LABELS[result["time_basis"]], fmt_ns(base["time_ns"]), fmt_ns(new["time_ns"]), change)
+    if result["time_basis"] == "step":
+        t.add_row("steps", str(base["steps"]), str(new["steps"]), signed_count(new["steps"] - base["steps"]))
+    t.add_row("window", fmt_ns(base["window_ns"]), fmt_ns(new["window_ns"]),
+              signed_ns(new["window_ns"] - base["window_ns"]))
+    t.add_row("busy", fmt_ns(base["busy_ns"]), fmt_ns(new["busy_ns"]), signed_ns(d["busy_ns"]))
+    t.add_row("utilization", fmt_pct(base["utilization_pct"]), fmt_pct(new["utilization_pct"]),
+              signed_pp(d["utilization_pct"]))
+    t.add_row("kernel launches", f"{base['kernel_count']:,}", f"{new['kernel_count']:,}", signed_count(d["kernel_count"]))
+    t.add_row("kernel time (summed)", fmt_ns(base["kernel_time_ns"]), fmt_ns(new["kernel_time_ns"]),
+              signed_ns(d["kernel_time_ns"]))
+    t.add_row("memory ops", f"{base['memop_count']:,} ({fmt_ns(base['memop_time_ns'])})",
+              f"{new['memop_count']:,} ({fmt_ns(new['memop_time_ns'])})",
+              signed_ns(new["memop_time_ns"] - base["memop_time_ns"]))
+    c.print(t)
+    a = result["attention"]
+    c.print(f"[bold]attention share of kernel time: {fmt_pct(a['base_pct'])} -> {fmt_pct(a['new_pct'])}[/bold] "
+            f"({signed_pp(a['delta_pct'])})")
+
+    t = Table("category", "BASE", "NEW", "change", "BASE %", "NEW %", "change", title="time by category")
+    for r in result["categories"]:
+        t.add_row(r["category"], fmt_ns(r["base_ns"]), fmt_ns(r["new_ns"]), signed_ns(r["delta_ns"]),
+                  fmt_pct(r["base_pct"]), fmt_pct(r["new_pct"]), signed_pp(r["delta_pct"]))
+    c.print(t)
+
+    k = result["kernels"]
+    for key, title in (("appeared", "kernels only in NEW"), ("disappeared", "kernels only in BASE")):
+        group = k[key]
+        t = Table(Column("kernel", overflow="fold"), "category", "launches", "total", "%",
+                  title=f"{title}: {group['names']:,} names, {group['count']:,} launches, {fmt_ns(group['total_ns'])}")
+        for r in group["top"]:
+            t.add_row(short_name(r["name"]), r["category"], f"{r['count']:,}", fmt_ns(r["total_ns"]), fmt_pct(r["pct"]))
+        c.print(t)
+    t = Table(Column("kernel", overflow="fold"), "category", "BASE", "NEW", "change", title=f"top changes by time ({k['common']:,} kernel names in both)")
+    for r in k["top_changes"]:
+        t.add_row(short_name(r["name"]), r["category"], f"{fmt_ns(r['base_ns'])} ×{r['base_count']:,}",
+                  f"{fmt_ns(r['new_ns'])} ×{r['new_count']:,}", signed_ns(r["delta_ns"]))
+    c.print(t)
+
+    for side in ("base", "new"):
+        fused = [f for f in result["fused_kernels"] if f["trace"] == side]
+        if not fused:
+            continue
+        t = Table(Column("kernel", overflow="fold"), "kind", Column("ops", overflow="fold"), "launches", "total",
+                  "mean", "%", title=f"fused Triton kernels in {side.upper()} (op? = not an op name)")
+        for f in fused:
+            name = f["name"] if f["ops_from"] != "launch_range" else f"{f['name']}\n(launched as {f['launched_as']})"
+            t.add_row(name, KINDS.get(f["kind"], "-"), ops_text(f), f"{f['count']:,}", fmt_ns(f["total_ns"]),
+                      fmt_ns(f["mean_ns"]), fmt_pct(f["pct"]))
+        c.print(t)
+        other = "BASE" if side == "new" else "NEW"
+        t = Table("op", f"aten calls in {other}", f"aten calls in {side.upper()}", Column("fused into", overflow="fold"),
+                  "launches", "total",
+                  title=f"ops fused in {side.upper()} (ops named in its fused kernels)")
+        for r in (r for r in result["fused_ops"] if r["trace"] == side):
+            t.add_row(r["op"], f"{r['eager_calls']:,}", f"{r['compiled_calls']:,}", "\n".join(r["kernels"]),
+                      f"{r['launches']:,}", fmt_ns(r["total_ns"]))
+        c.print(t)
+    for note in result["notes"]:
+        c.print(f"[dim]{note}[/dim]")
+    c.print(f"[dim]{DEFINITIONS}[/dim]")

@@ -2,8 +2,10 @@
 as one line with exit code 2, and no torch import."""
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from synthetic_traces import base_and_new, kernel, launch, write_trace
@@ -122,3 +124,13 @@ def test_diff_never_imports_torch(paths):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "TORCH_LOADED=False" in r.stderr
+
+
+def test_readme_documents_the_command_and_every_json_field(paths):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert "| `wanscope diff BASE NEW` |" in readme
+    section = readme.split("#### diff JSON", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"^\| `([a-z_]+)(?:\[\])?`(?:, `([a-z_]+)`)?", section, re.M))
+    documented = {name for pair in documented for name in pair if name}
+    doc = json.loads(run_cli("diff", *paths, "--format", "json").stdout)
+    assert set(doc) - {"schema_version"} == documented

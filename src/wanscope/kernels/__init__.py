@@ -1,0 +1,22 @@
+"""Triton kernels for the memory-bound chain of the Wan DiT block, each a ``torch.library``
+custom op (namespace ``wanscope``) with a fake implementation, so eager code and
+``torch.compile`` call them alike.
+
+* ``norm_modulate``: residual add (optionally gated) + LayerNorm + adaLN modulation, one pass.
+* ``rms_norm_rope``: q/k RMSNorm across heads + 3-D RoPE, written head-split for attention.
+
+Where each op runs: CUDA tensors always run the Triton kernel. CPU tensors run it under
+Triton's interpreter when ``TRITON_INTERPRET=1`` was set before this package was imported
+(the CPU tests do that), and otherwise run the op's pure-torch ``reference`` (same math, fp32),
+so a model switched to kernels still runs anywhere.
+
+Numerics (the same in kernel and reference): inputs are upcast to fp32 once, all statistics and
+arithmetic are fp32, and each output is rounded once to its storage dtype. The one place this
+differs from the torch path of ``wan/dit.py``: that path rounds the RMSNorm output to the model
+dtype before RoPE; the fused op does not (one rounding fewer, closer to the fp32 reference).
+"""
+
+from wanscope.kernels.norm_modulate import gated_add, norm_modulate
+from wanscope.kernels.rms_norm_rope import rms_norm_rope
+
+__all__ = ["gated_add", "norm_modulate", "rms_norm_rope"]

@@ -1,0 +1,76 @@
+"""wanscope::rms_norm_rope against a float64 formula, over dtypes, awkward shapes, with and
+without RoPE, on contiguous rows and on the q/k column slices of a fused QKV output."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import assert_close_to_f64  # noqa: E402
+
+from wanscope.kernels import rms_norm_rope  # noqa: E402
+from wanscope.wan.config import DiTConfig  # noqa: E402
+from wanscope.wan.dit import apply_rope, rope_tables  # noqa: E402
+
+# (B, L, N, D): one head of 2, odd head counts, D not a power of two, L not a grid product
+SHAPES = [(1, 1, 1, 2), (2, 7, 3, 10), (1, 5, 2, 34), (2, 13, 5, 12)]
+
+
+def inputs(b, l, n, d, dtype, seed, fused=False):
+    g = torch.Generator().manual_seed(seed)
+    c = n * d
+    if fused:  # the q, k, v thirds of one [B, L, 3C] projection; take the k third
+        x = (torch.randn(b, l, 3 * c, generator=g) * 3).to(dtype)[..., c : 2 * c]
+    else:
+        x = (torch.randn(b, l, c, generator=g) * 3).to(dtype)
+    weight = torch.rand(c, generator=g) + 0.5
+    angles = torch.rand(l, 1, d // 2, generator=g, dtype=torch.float64) * 40
+    return x, weight, (torch.cos(angles).float(), torch.sin(angles).float())
+
+
+def f64(x, weight, rope, n, eps=1e-6):
+    xd = x.double()
+    u = xd / torch.sqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * weight.double()
+    u = u.unflatten(-1, (n, -1, 2))  # [B, L, N, D/2, 2]
+    if rope is not None:
+        c, s = rope[0].double(), rope[1].double()
+        u = torch.stack([u[..., 0] * c - u[..., 1] * s, u[..., 0] * s + u[..., 1] * c], dim=-1)
+    return u.flatten(-2)  # [B, L, N, D]
+
+
+def torch_lowp(x, weight, rope, n, eps=1e-6):
+    """The unfused torch path of wan/dit.py in x's dtype (norm rounded, then RoPE)."""
+    u = torch.nn.functional.rms_norm(x.float(), x.shape[-1:], weight, eps).type_as(x).unflatten(-1, (n, -1))
+    return u if rope is None else apply_rope(u, *rope)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["rows", "qkv-slice"])
+@pytest.mark.parametrize("with_rope", [True, False], ids=["rope", "norm-only"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_matches_float64(shape, dtype, with_rope, fused):
+    b, l, n, d = shape
+    x, weight, rope = inputs(*shape, dtype, seed=sum(shape), fused=fused)
+    rope = rope if with_rope else None
+    out = rms_norm_rope(x, weight, rope, n, 1e-6)
+    assert out.shape == shape and out.dtype == dtype and out.is_contiguous()
+    assert_close_to_f64(out, f64(x, weight, rope, n), torch_lowp(x, weight, rope, n),
+                        name=f"{shape} {dtype} rope={with_rope} fused={fused}", fp32_rtol=4e-6)
+
+
+def test_with_the_model_rope_tables():
+    """The model's own tables: grid (3, 4, 6), head dim 32 split 12/10/10, fp32 like the reference path."""
+    cfg = DiTConfig(dim=64, num_heads=2)
+    cos, sin = rope_tables(cfg, (3, 4, 6), torch.device("cpu"))
+    x = torch.randn(2, 72, 64)
+    weight = torch.rand(64) + 0.5
+    out = rms_norm_rope(x, weight, (cos, sin), 2, cfg.eps)
+    ref = torch_lowp(x, weight, (cos, sin), 2, cfg.eps)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_opcheck():
+    x, weight, (cos, sin) = inputs(2, 5, 2, 6, torch.float32, seed=0, fused=True)
+    torch.library.opcheck(torch.ops.wanscope.rms_norm_rope.default, (x, weight, cos, sin, 2, 1e-6))
+    torch.library.opcheck(torch.ops.wanscope.rms_norm_rope.default, (x, weight, None, None, 2, 1e-6))

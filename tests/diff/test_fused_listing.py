@@ -6,6 +6,7 @@ from shared_fixtures import shared_fixture
 from synthetic_traces import base_and_new
 
 from wanscope.analysis.fused import aten_calls, fused_kernels, ops_summary
+from wanscope.analysis.scope import Scope
 from wanscope.trace import open_traces
 
 TRITON_EXAMPLE = "kineto/hta/triton_example/triton_example.json.gz"
@@ -47,3 +48,10 @@ def test_synthetic_listing_and_op_summary(tmp_path):
         {"op": "pow", "eager_calls": 0, "compiled_calls": 0, "kernels": ["triton_red_fused_mean_pow_1"],
          "launches": 1, "total_ns": 5_000},
     ]
+
+
+def test_listing_follows_the_step_scope(tmp_path):
+    new = open_traces([base_and_new(tmp_path)[1]])
+    (rows,) = fused_kernels(new, Scope((2, 3))).values()  # step 2 only: 15 + 40 + 5 us of kernels
+    assert [(r["name"], r["count"], r["total_ns"], r["pct"]) for r in rows] == [
+        ("triton_poi_fused_add_mul_0", 1, 15_000, 25.0), ("triton__0d1d2de", 1, 5_000, 8.3333)]

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+from wanscope.analysis.scope import Scope
+
 PREFIX = "triton_"
 KINDS = {
     "poi": "pointwise",
@@ -166,9 +168,10 @@ def parse_kernel_name(name: str) -> KernelName | None:
 
 
 _FUSED_SQL = """
-WITH tk AS (
+{ctes},
+tk AS (
   SELECT row_number() OVER () AS kid, rank, device, name, dur_ns, correlation, pid
-  FROM kernels WHERE starts_with(name, '{prefix}')),
+  FROM activity WHERE kind = 'kernel' AND starts_with(name, '{prefix}')),
 host AS (
   SELECT tk.kid, arg_max(o.name, o.depth) AS launched_as
   FROM tk
@@ -176,7 +179,7 @@ host AS (
   JOIN cpu_ops o ON o.rank = c.rank AND o.pid = c.pid AND o.tid = c.tid
                AND o.start_ns <= c.start_ns AND o.end_ns >= c.start_ns AND starts_with(o.name, '{prefix}')
   GROUP BY tk.kid),
-totals AS (SELECT {keys} sum(dur_ns) AS kernel_total FROM kernels GROUP BY ALL)
+totals AS (SELECT {keys} sum(dur_ns) AS kernel_total FROM activity WHERE kind = 'kernel' GROUP BY ALL)
 SELECT {keys} name, launched_as, count(*) AS n, sum(dur_ns) AS total, min(dur_ns), max(dur_ns),
        any_value(kernel_total)
 FROM tk LEFT JOIN host USING (kid) {join_totals}
@@ -198,11 +201,12 @@ def _item(name: str, launched_as: str | None, n: int, total: int, lo: int, hi: i
     }
 
 
-def fused_kernels(con, per_device: bool = True) -> dict[tuple, list[dict]]:
-    """Every Triton kernel (name starting ``triton_``) with what its name says.
+def fused_kernels(con, scope: Scope | None = None, per_device: bool = True) -> dict[tuple, list[dict]]:
+    """Every Triton kernel (name starting ``triton_``) in scope with what its name says.
 
     Args:
         con: DuckDB connection with the canonical tables.
+        scope: steps to restrict to (default: the whole trace).
         per_device: group by (rank, device); else over the whole trace (key ``()``).
 
     Returns:
@@ -214,7 +218,7 @@ def fused_kernels(con, per_device: bool = True) -> dict[tuple, list[dict]]:
     """
     keys = "rank, device," if per_device else ""
     join_totals = "JOIN totals USING (rank, device)" if per_device else "CROSS JOIN totals"
-    sql = _FUSED_SQL.format(prefix=PREFIX, keys=keys, join_totals=join_totals)
+    sql = _FUSED_SQL.format(ctes=(scope or Scope()).ctes(), prefix=PREFIX, keys=keys, join_totals=join_totals)
     out: dict[tuple, list[dict]] = defaultdict(list)
     for row in con.execute(sql).fetchall():
         key, values = (tuple(row[:2]), row[2:]) if per_device else ((), row)

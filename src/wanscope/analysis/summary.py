@@ -5,6 +5,7 @@ The object's layout is versioned by ``SCHEMA_VERSION``; the README documents eac
 
 from __future__ import annotations
 
+from wanscope.analysis.fused import fused_kernels
 from wanscope.analysis.gaps import idle_gaps
 from wanscope.analysis.kernels import categories, top_kernels
 from wanscope.analysis.scope import Scope
@@ -46,12 +47,14 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
     tops = top_kernels(con, scope, top)
     cats = categories(con, scope)
     gaps = idle_gaps(con, scope, top, min_gap_ns)
+    fused = fused_kernels(con, scope)
     empty_gaps = {"count": 0, "total_ns": 0, "histogram": {}, "largest": []}
     for d in devices:
         key = (d["rank"], d["device"])
         d["top_kernels"] = tops.get(key, [])
         d["categories"] = cats.get(key, [])
         d["gaps"] = gaps.get(key, empty_gaps)
+        d["fused_kernels"] = fused.get(key, [])
     gpu_ranks = {d["rank"] for d in device_utilization(con, Scope())} if scope.step_range else {d["rank"] for d in devices}
     notes = []
     if not devices:

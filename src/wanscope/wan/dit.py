@@ -25,6 +25,7 @@ to an fp32 stream) and ``dtype`` otherwise (diffusers: each add is done in fp32 
 from __future__ import annotations
 
 import math
+from enum import Enum
 
 import torch
 import torch.nn as nn
@@ -32,7 +33,16 @@ import torch.nn.functional as F
 
 from wanscope.wan import ranges
 from wanscope.wan.attention import AttentionBackend, attention, parse_backend
+from wanscope.errors import UsageError
 from wanscope.wan.config import DiTConfig
+
+class Kernels(str, Enum):
+    """How a block runs: ``torch`` ops (the reference path) or the fused Triton custom ops of
+    ``wanscope.kernels`` (``wan/fused.py``; same math, one rounding per fused output)."""
+
+    TORCH = "torch"
+    TRITON = "triton"
+
 
 # Parameters kept in fp32 whatever the model dtype (see the module docstring).
 _FP32_PARTS = ("time_embedding.", "time_projection.", "modulation", "norm", "head.head.")
@@ -183,6 +193,8 @@ class Block(nn.Module):
             nn.Linear(cfg.dim, cfg.ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(cfg.ffn_dim, cfg.dim)
         )
         self.modulation = nn.Parameter(torch.randn(1, 6, cfg.dim) / cfg.dim**0.5)
+        # wan/fused.py's block_forward when WanDiT.kernels is "triton"
+        self.fused_forward = None
 
     def forward(
         self,
@@ -194,6 +206,8 @@ class Block(nn.Module):
     ) -> torch.Tensor:
         """x: [B, L, dim] residual stream; e: [B, 6, dim] fp32 time projection;
         context: [B, Lc, dim]. Returns [B, L, dim] in the dtype of ``x``."""
+        if self.fused_forward is not None:
+            return self.fused_forward(self, x, e, context, rope, backend)
         dtype = context.dtype
         shift, scale, gate, c_shift, c_scale, c_gate = (self.modulation + e).unbind(1)  # [B, dim] fp32
         with ranges.named_range(ranges.SELF_ATTN):
@@ -231,9 +245,16 @@ class WanDiT(nn.Module):
     Args:
         cfg: the architecture.
         attention_backend: attention kernel for every attention call (settable later).
+        kernels: ``torch`` or ``triton`` (settable later; set it after loading and casting the
+            weights: it fuses the q/k/v and cross k/v projection weights into one tensor each).
     """
 
-    def __init__(self, cfg: DiTConfig, attention_backend: AttentionBackend = AttentionBackend.SDPA):
+    def __init__(
+        self,
+        cfg: DiTConfig,
+        attention_backend: AttentionBackend = AttentionBackend.SDPA,
+        kernels: Kernels | str = Kernels.TORCH,
+    ):
         super().__init__()
         self.cfg = cfg
         self.attention_backend = attention_backend
@@ -253,6 +274,7 @@ class WanDiT(nn.Module):
         # Ulysses sequence parallelism (wanscope.parallel.ulysses) sets this: the blocks then
         # run on this rank's tokens and the head's output is gathered from every rank.
         self.sequence_parallel = None
+        self.kernels = kernels
 
     @property
     def attention_backend(self) -> AttentionBackend:
@@ -264,6 +286,31 @@ class WanDiT(nn.Module):
         self._attention_backend = parse_backend(backend)
 
     @property
+    def kernels(self) -> Kernels:
+        return self._kernels
+
+    @kernels.setter
+    def kernels(self, kernels: Kernels | str) -> None:
+        """Switch every block to ``kernels``; UsageError for an unknown name, or for ``triton``
+        without q/k RMSNorm (the fused op always normalizes)."""
+        try:
+            self._kernels = Kernels(kernels)
+        except ValueError:
+            raise UsageError(f"unknown kernels {kernels!r}; known: torch, triton") from None
+        fused_forward = None
+        if self._kernels is Kernels.TRITON:
+            if not self.cfg.qk_norm:
+                raise UsageError("kernels='triton' needs qk_norm (the fused op normalizes q and k)")
+            from wanscope.wan import fused  # imports triton: only when asked for
+
+            fused_forward = fused.block_forward
+            for block in self.blocks:
+                fused.fuse_projections(block.self_attn, ("q", "k", "v"))
+                fused.fuse_projections(block.cross_attn, ("k", "v"))
+        for block in self.blocks:
+            block.fused_forward = fused_forward
+
+    @property
     def dtype(self) -> torch.dtype:
         """The compute dtype of the linear layers."""
         return self.patch_embedding.weight.dtype
@@ -272,6 +319,7 @@ class WanDiT(nn.Module):
         """Cast to ``dtype`` in place, keeping the fp32 parameters (``keeps_fp32``) in fp32."""
         for name, p in self.named_parameters():
             p.data = p.data.to(torch.float32 if keeps_fp32(name) else dtype)
+        self.kernels = self.kernels  # re-fuse the projection weights in the new dtype
         return self
 
     def init_weights(self) -> WanDiT:

@@ -124,3 +124,12 @@ def test_side_without_gpu_work(tmp_path, paths):
     assert r["delta"]["time_change_pct"] is None
     assert r["attention"] == {"base_pct": None, "new_pct": 69.5652, "delta_pct": None}
     assert r["warnings"][0].startswith("BASE (") and "has no GPU activity" in r["warnings"][0]
+
+
+def test_compiled_against_itself(paths):
+    r = diff(open_traces([paths[1]]), open_traces([paths[1]]))
+    assert r["delta"]["time_change_pct"] == 0.0 and r["kernels"]["common"] == 3
+    assert [(f["trace"], f["name"], f["eager_ops"]) for f in r["fused_kernels"]] == [
+        ("base", "triton_poi_fused_add_mul_0", []), ("base", "triton__0d1d2de", []),
+        ("new", "triton_poi_fused_add_mul_0", []), ("new", "triton__0d1d2de", [])]
+    assert r["notes"][1] == "neither trace recorded aten ops on the host, so fused ops cannot be matched to eager ops"

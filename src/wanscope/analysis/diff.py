@@ -108,6 +108,26 @@ def _kernel_changes(base: dict, new: dict, top: int) -> dict:
             "top_changes": changes[:top]}
 
 
+def _fused(base_con, new_con) -> tuple[list[dict], list[dict], list[str]]:
+    """Both traces' fused kernels (each tagged with ``trace`` and the ``eager_ops`` the
+    other trace ran as aten ops), the summary by op, and notes."""
+    cons = {"base": base_con, "new": new_con}
+    calls = {side: aten_calls(con) for side, con in cons.items()}
+    fused, fused_ops = [], []
+    for side, con in cons.items():
+        other = "new" if side == "base" else "base"
+        rows = fused_kernels(con, per_device=False).get((), [])
+        for r in rows:
+            r["trace"] = side
+            r["eager_ops"] = [op for op in r["ops"] if calls[other].get(op)]
+        fused += rows
+        fused_ops += [{"trace": side, **r} for r in ops_summary(rows, calls[other], calls[side])]
+    notes = [OPS_PARTIAL_NOTE] if fused else []
+    if fused and not any(calls.values()):
+        notes.append("neither trace recorded aten ops on the host, so fused ops cannot be matched to eager ops")
+    return fused, fused_ops, notes
+
+
 def diff(base_con, new_con, base_label: str = "BASE", new_label: str = "NEW", top: int = 10) -> dict:
     """Compare two ingested traces.
 
@@ -148,20 +168,7 @@ def diff(base_con, new_con, base_label: str = "BASE", new_label: str = "NEW", to
     shares = {f"{s}_pct": attention.get(f"{s}_pct", 0.0) if sides[s]["kernel_time_ns"] else None for s in SIDES}
     shares["delta_pct"] = _delta(shares["base_pct"], shares["new_pct"])
 
-    calls = {"base": aten_calls(base_con), "new": aten_calls(new_con)}
-    fused, fused_ops = [], []
-    for side, con in (("base", base_con), ("new", new_con)):
-        other = "new" if side == "base" else "base"
-        rows = fused_kernels(con, per_device=False).get((), [])
-        for r in rows:
-            r["trace"] = side
-            r["eager_ops"] = [op for op in r["ops"] if calls[other].get(op)]
-        fused += rows
-        for r in ops_summary(rows, calls[other], calls[side]):
-            fused_ops.append({"trace": side, **r})
-    notes = [OPS_PARTIAL_NOTE] if fused else []
-    if fused and not any(calls.values()):
-        notes.append("neither trace recorded aten ops on the host, so fused ops cannot be matched to eager ops")
+    fused, fused_ops, notes = _fused(base_con, new_con)
 
     def change_pct(a, b):
         return round(100.0 * (b - a) / a, 4) if a and b is not None else None

@@ -48,7 +48,10 @@ def cli():
 def main(argv=None) -> None:
     """Entry point: typed errors become one line on stderr and exit code 2, no traceback."""
     try:
-        cli.main(args=argv, prog_name="wanscope", standalone_mode=False)
+        # Outside standalone mode click returns ctx.exit()'s code instead of exiting.
+        code = cli.main(args=argv, prog_name="wanscope", standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except WanscopeError as e:
         click.echo(f"wanscope: error: {e}", err=True)
         sys.exit(e.exit_code)

@@ -63,6 +63,4 @@ def diff(base, new, fmt, top, fail_pct, out):
         if change > fail_pct:
             click.echo(f"wanscope: NEW is {change:.2f}% slower than BASE ({result['time_basis']} time), "
                        f"more than --fail-if-slower {fail_pct:g}%", err=True)
-            # SystemExit, not click's Exit: wanscope.cli.main runs click with
-            # standalone_mode=False, where an Exit becomes a return value that is dropped.
-            raise SystemExit(1)
+            click.get_current_context().exit(1)

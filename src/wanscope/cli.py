@@ -22,6 +22,7 @@ COMMANDS = {
     "ncu-run": "wanscope.ncu.cli:ncu_run",
     "report": "wanscope.report.cli:report",
     "generate": "wanscope.wan.cli:generate",
+    "profile": "wanscope.profile.cli:profile",
     "stats": "wanscope.stats.cli:stats",
     "diff": "wanscope.analysis.diff_cli:diff",
 }

@@ -1,0 +1,187 @@
+"""Run the engine's stages for a profile: text encoding, warm-up and profiled denoising steps,
+VAE decode, with the capture window around the profiled steps and a progress bar.
+
+The denoising steps are steps of the real ``--steps`` schedule (the sampler's coefficients
+differ from step to step), and the run stops after the last profiled one: the VAE then decodes
+those partly denoised latents, only to measure the decode stage's peak memory and time. Each
+stage loads its model, runs and releases it (``wan/pipeline.py``), so the peak device memory
+of each stage is its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+import torch
+from rich.console import Console
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from wanscope.profile.options import PROMPT, ProfileOptions
+from wanscope.wan.attention import parse_backend
+from wanscope.wan.config import get_preset
+from wanscope.wan.pipeline import Components, Request, denoise, initial_noise, latent_shape, release
+from wanscope.wan.sampler import FlowSampler, flow_schedule
+
+STAGES = ("text_encoding", "denoising", "vae_decode")
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+@dataclass
+class Measurements:
+    """What the driver measured.
+
+    Attributes:
+        peak_memory_bytes: stage -> peak device memory allocated by PyTorch in that stage
+            (bytes; None without CUDA).
+        stage_wall_ns: stage -> host wall time (ns), the device waited for at each stage's end.
+        step_wall_ns: host time of each denoising step run, schedule index 0 first (ns): from
+            the end of the previous step's hook to the end of the step. On a GPU the host runs
+            ahead of the device, so this is host time; the trace has each step's GPU interval.
+        dit: the DiT that ran: ``dim``, ``num_layers``, ``num_heads``, ``ffn_dim``.
+        tokens: DiT sequence length L per forward (F*H*W latent patches).
+    """
+
+    peak_memory_bytes: dict[str, int | None] = field(default_factory=dict)
+    stage_wall_ns: dict[str, int] = field(default_factory=dict)
+    step_wall_ns: list[int] = field(default_factory=list)
+    dit: dict[str, int] = field(default_factory=dict)
+    tokens: int = 0
+
+
+def request(opts: ProfileOptions) -> Request:
+    """The generation request of a profile run (sampling values from the preset)."""
+    s = get_preset(opts.preset).sampling
+    return Request(
+        prompt=PROMPT, negative_prompt=s.negative_prompt, height=opts.height, width=opts.width,
+        frames=opts.frames, steps=opts.steps, guidance=s.guidance, shift=s.shift, seed=s.seed,
+        solver=s.solver, cfg=opts.cfg, legacy_step_lookup=opts.legacy_step_lookup,
+    )
+
+
+def components(opts: ProfileOptions) -> Components:
+    return Components(
+        config=get_preset(opts.preset), device=torch.device(opts.device), dtype=DTYPES[opts.dtype],
+        checkpoint=opts.checkpoint, attention_backend=parse_backend(opts.attention),
+    )
+
+
+def compile_blocks(dit) -> None:
+    """Regional compilation: ``torch.compile`` each repeated DiT block in place. The blocks share
+    one code path, so Dynamo compiles it once and reuses it for all of them (seconds, not the
+    minutes of a whole-model compile)."""
+    for block in dit.blocks:
+        block.compile()
+
+
+def _peak(device: torch.device) -> int | None:
+    if device.type != "cuda":
+        return None
+    peak = torch.cuda.max_memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    return peak
+
+
+def _settle(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
+def _stage(name: str, m: Measurements, device: torch.device, console: Console):
+    started = time.perf_counter_ns()
+    yield
+    _settle(device)
+    release()
+    m.stage_wall_ns[name] = time.perf_counter_ns() - started
+    m.peak_memory_bytes[name] = _peak(device)
+    console.print(f"{name.replace('_', ' ')}: {m.stage_wall_ns[name] / 1e9:.2f} s")
+
+
+def run(opts: ProfileOptions, window, console: Console | None = None, decode: bool = True,
+        attention_only_in_dit: bool = False) -> Measurements:
+    """Run the stages; ``window`` (``window.py``) sees the profiled steps.
+
+    Args:
+        decode: run the VAE decode stage (the ncu capture stops after the DiT).
+        attention_only_in_dit: run the text encoder's attention with SDPA's math backend, so
+            the only fused attention kernels the process launches are the DiT's (what the ncu
+            capture selects by kernel name).
+
+    Raises:
+        UsageError, InputError: a bad request or checkpoint (as ``wan/pipeline.py``).
+    """
+    console = console or Console(stderr=True)
+    parts, req = components(opts), request(opts)
+    cfg = parts.config
+    req.validate(cfg.vae.stride, cfg.dit.patch_size)
+    device = parts.device
+    m = Measurements()
+    _peak(device)
+
+    with _stage("text_encoding", m, device, console):
+        encoder = parts.text_encoder()
+        with sdpa_kernel(SDPBackend.MATH) if attention_only_in_dit else contextlib.nullcontext():
+            states = encoder.encode([req.prompt, req.negative_prompt])  # [2, Lc, text_dim]
+        cond, uncond = states[:1], states[1:]
+        del encoder, states
+
+    with _stage("denoising", m, device, console):
+        dit = parts.dit()
+        d = dit.cfg
+        m.dit = {"dim": d.dim, "num_layers": d.num_layers, "num_heads": d.num_heads, "ffn_dim": d.ffn_dim}
+        shape = latent_shape(cfg, req.height, req.width, req.frames)  # [1, C, F, H, W]
+        m.tokens = shape[2] // d.patch_size[0] * (shape[3] // d.patch_size[1]) * (shape[4] // d.patch_size[2])
+        if opts.compile:
+            compile_blocks(dit)
+        cond, uncond = cond.to(dit.dtype), uncond.to(dit.dtype)
+        sampler = FlowSampler(flow_schedule(req.steps, req.shift), req.solver, req.legacy_step_lookup)
+        latents = initial_noise(shape, req.seed, device)
+        latents = _denoise_steps(opts, dit, latents, cond, uncond, sampler, req.guidance, window, m, console)
+        del dit, cond, uncond, sampler
+
+    if decode:
+        from wanscope.wan.vae import decode as vae_decode
+
+        with _stage("vae_decode", m, device, console), torch.no_grad():
+            vae = parts.vae()
+            video = vae_decode(vae, latents, cfg.vae)  # [1, 3, F, H, W]
+            del vae, video
+    return m
+
+
+def _denoise_steps(opts, dit, latents, cond, uncond, sampler, guidance, window, m, console):
+    """The warm-up and profiled steps, with the window and the progress bar.
+
+    The bar is redrawn from this thread, and only while the window is not recording (after
+    each warm-up step and after the last step): rich's own refresh thread would run Python
+    inside the profiled steps, where the profiler's Python tracer records it and it competes
+    with the loop for the GIL.
+    """
+    total = opts.warmup + opts.profile_steps
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, auto_refresh=False) as bar:
+        task = bar.add_task("warm-up" if opts.warmup else "profiling", total=total)
+        bar.refresh()
+        last = time.perf_counter_ns()
+
+        def on_step(index: int, _latents) -> None:
+            nonlocal last
+            m.step_wall_ns.append(time.perf_counter_ns() - last)
+            done = index + 1
+            bar.update(task, completed=done, description="warm-up" if done < opts.warmup else "profiling")
+            if index < opts.warmup:
+                bar.refresh()
+            window.after_step(index)
+            if done == total:
+                bar.refresh()
+            last = time.perf_counter_ns()
+
+        window.start()
+        try:
+            return denoise(dit, latents, cond, uncond, sampler, guidance, opts.cfg, start=0, stop=total,
+                           on_step=on_step)
+        finally:
+            window.stop()

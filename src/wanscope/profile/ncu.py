@@ -1,0 +1,56 @@
+"""``wanscope profile --ncu attention``: Nsight Compute on the DiT's self-attention kernel.
+
+The child is ``python -m wanscope profile`` with the same model, size and backend, one
+denoising step and no VAE decode, run through ``wanscope.ncu.capture`` with the kernel-name
+regex of the attention backend and one launch. Within a DiT block self-attention runs before
+cross-attention, so the first matching launch is block 0's self-attention; the child runs the
+text encoder's (masked) attention with SDPA's math backend, so no earlier attention kernel can
+match. Writes ``attention.ncu-rep``, ``attention.details.csv`` and ``attention.raw.csv``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from wanscope.errors import InputError, UsageError
+
+# Kernel names of each SDPA backend (benchmarks/ncu_attention_capture.py; DESIGN.md).
+ATTENTION_KERNELS = {
+    "flash": "flash_fwd",  # FlashAttention-2 in PyTorch: pytorch_flash::flash_fwd_kernel
+    "cudnn": "cudnn_generated_fort_native_sdpa",  # e.g. ..._sdpa_sm90_flash_fprop_*
+    "efficient": "fmha_cutlassF",  # memory-efficient attention
+}
+STEM = "attention"
+
+
+def kernel_regex(backend: str) -> str:
+    """The ncu ``--kernel-name regex:`` for ``backend``'s attention kernel; ``sdpa`` lets PyTorch
+    pick, so it matches any of them.
+
+    Raises:
+        UsageError: the math backend (no single attention kernel: a GEMM, a softmax, a GEMM).
+    """
+    if backend == "math":
+        raise UsageError("--ncu attention: the math backend runs no attention kernel "
+                         "(a GEMM, a softmax and a GEMM); pick sdpa, cudnn, flash or efficient")
+    if backend == "sdpa":
+        return "|".join(ATTENTION_KERNELS.values())
+    return ATTENTION_KERNELS[backend]
+
+
+def capture_attention(child: list[str], backend: str, out_dir: Path) -> tuple[object, list]:
+    """Run ``child`` under ncu on the first self-attention launch; (files, diagnoses).
+
+    Raises:
+        CaptureError: ncu missing, no counter access, or nothing profiled (one line).
+    """
+    from wanscope.ncu.capture import capture
+    from wanscope.ncu.diagnosis import diagnose
+    from wanscope.ncu.readers import read_report
+
+    files = capture(child, out_dir / STEM, kernel_regex(backend), launch_skip=0, launch_count=1)
+    try:
+        report = read_report(files.report)
+    except InputError:  # ncu-report not installed: the raw page holds the same metrics
+        report = read_report(files.raw_csv)
+    return files, [diagnose(k) for k in report.kernels]

@@ -1,0 +1,143 @@
+"""What one ``wanscope profile`` run does: its options, their defaults, and their checks.
+
+Every default of the profile command lives here; sizes, steps and sampling values come from the
+preset (``wan/config.py``). With CUDA the default is the 1.3B model at 832x480x81 in bf16;
+without it, the ``tiny`` preset in fp32 on the CPU, so ``wanscope profile`` with no argument
+runs anywhere. No torch import: the caller says whether CUDA is there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from wanscope.errors import UsageError
+from wanscope.wan.cli import parse_size
+from wanscope.wan.config import get_preset
+
+CUDA_PRESET = "wan2.1-t2v-1.3b"
+CPU_PRESET = "tiny"
+WARMUP_STEPS = 1
+PROFILE_STEPS = 3
+OUT_DIR = Path("wanscope-profile")
+# Text is padded to the DiT's text length, so the prompt changes no shape and no timing.
+PROMPT = "A red fox trots through fresh snow in a pine forest at dawn, soft golden light"
+ATTENTION_BACKENDS = ("sdpa", "cudnn", "flash", "efficient", "math")
+CFG_MODES = ("sequential", "batched")
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """A resolved profile run (every default filled in).
+
+    Attributes:
+        preset: preset name (``wan/config.py``); a checkpoint's own config sets the DiT.
+        checkpoint: Wan2.1 checkpoint folder, or None for random weights.
+        height, width: video size in pixels; frames: 4k+1 video frames.
+        steps: length of the sampling schedule (the real one: the profiled steps are steps of it).
+        warmup: denoising steps run before the profiled ones (compilation, autotuning, caches).
+        profile_steps: denoising steps profiled after the warm-up.
+        compile: regional ``torch.compile`` of the repeated DiT block.
+        attention: attention backend name (``wan/attention.py``).
+        cfg: ``sequential`` (two forwards per step) or ``batched`` (one B=2 forward).
+        legacy_step_lookup: the sampler finds its step index with a device ``.item()``.
+        device: ``cuda`` or ``cpu``; dtype: ``bf16`` (CUDA) or ``fp32`` (CPU).
+    """
+
+    preset: str
+    checkpoint: Path | None
+    height: int
+    width: int
+    frames: int
+    steps: int
+    warmup: int
+    profile_steps: int
+    compile: bool
+    attention: str
+    cfg: str
+    legacy_step_lookup: bool
+    device: str
+    dtype: str
+
+    @property
+    def random_weights(self) -> bool:
+        return self.checkpoint is None
+
+    @property
+    def profiled_steps(self) -> list[int]:
+        """Indices (0-based, in the schedule) of the profiled steps."""
+        return list(range(self.warmup, self.warmup + self.profile_steps))
+
+    def with_steps(self, warmup: int, profile_steps: int) -> ProfileOptions:
+        """The same run with another warm-up and profiled-step count."""
+        return replace(self, warmup=warmup, profile_steps=profile_steps)
+
+    def cli_args(self) -> list[str]:
+        """``wanscope profile`` arguments that reproduce these options in a child process
+        (the nsys and ncu captures re-run the profile under their tool)."""
+        args = ["--preset", self.preset]
+        args += ["--checkpoint", str(self.checkpoint)] if self.checkpoint else ["--random-weights"]
+        args += ["--size", f"{self.width}x{self.height}", "--frames", str(self.frames),
+                 "--steps", str(self.steps), "--warmup", str(self.warmup),
+                 "--profile-steps", str(self.profile_steps), "--attention", self.attention, "--cfg", self.cfg]
+        if self.compile:
+            args.append("--compile")
+        if self.legacy_step_lookup:
+            args.append("--legacy-step-lookup")
+        return args
+
+
+def resolve(
+    cuda: bool,
+    preset: str | None = None,
+    checkpoint: Path | None = None,
+    random_weights: bool = False,
+    size: str | None = None,
+    frames: int | None = None,
+    steps: int | None = None,
+    warmup: int = WARMUP_STEPS,
+    profile_steps: int = PROFILE_STEPS,
+    compile: bool = False,
+    attention: str = "sdpa",
+    cfg: str | None = None,
+    legacy_step_lookup: bool = False,
+) -> ProfileOptions:
+    """Fill in the defaults and check the options against each other.
+
+    Args:
+        cuda: whether a CUDA device is available (picks the default preset, device, dtype).
+        Others: as the command-line options; None takes the preset's value.
+
+    Raises:
+        UsageError: both --checkpoint and --random-weights, a bad size, negative or too many
+            steps (warm-up + profiled steps beyond the schedule), an unknown name.
+    """
+    if checkpoint is not None and random_weights:
+        raise UsageError("give --checkpoint DIR or --random-weights, not both")
+    preset = preset or (CUDA_PRESET if cuda else CPU_PRESET)
+    sampling = get_preset(preset).sampling
+    height, width = parse_size(size) if size else (sampling.height, sampling.width)
+    steps = sampling.steps if steps is None else steps
+    if steps < 1:
+        raise UsageError(f"--steps must be >= 1, got {steps}")
+    if warmup < 0:
+        raise UsageError(f"--warmup must be >= 0, got {warmup}")
+    if profile_steps < 1:
+        raise UsageError(f"--profile-steps must be >= 1, got {profile_steps}")
+    if warmup + profile_steps > steps:
+        raise UsageError(
+            f"--warmup {warmup} + --profile-steps {profile_steps} exceed the {steps}-step schedule; "
+            f"raise --steps or lower them"
+        )
+    if attention not in ATTENTION_BACKENDS:
+        raise UsageError(f"unknown attention backend {attention!r}; known: {', '.join(ATTENTION_BACKENDS)}")
+    cfg = cfg or sampling.cfg
+    if cfg not in CFG_MODES:
+        raise UsageError(f"unknown cfg mode {cfg!r}; known: {', '.join(CFG_MODES)}")
+    return ProfileOptions(
+        preset=preset, checkpoint=checkpoint, height=height, width=width,
+        frames=sampling.frames if frames is None else frames, steps=steps, warmup=warmup,
+        profile_steps=profile_steps, compile=compile, attention=attention, cfg=cfg,
+        legacy_step_lookup=legacy_step_lookup, device="cuda" if cuda else "cpu",
+        dtype="bf16" if cuda else "fp32",
+    )

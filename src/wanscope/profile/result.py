@@ -1,0 +1,83 @@
+"""A profile's results: the analysis of its trace, the ``run`` object, report files, terminal.
+
+report.json is the ``analyze`` JSON plus ``run`` (``run_info.py``) and ``host_ops``
+(``host_ops.py``), with notes that say what the run was (random weights) and, on a CPU, which
+figures need a GPU. Both report files are written through a temporary name and a rename.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from wanscope.analysis.summary import analyze
+from wanscope.profile.host_ops import host_ops
+from wanscope.report.text import render_analysis
+from wanscope.report.units import fmt_ns, fmt_pct
+from wanscope.report.write import write_report
+from wanscope.trace import open_traces
+
+CPU_NOTE = (
+    "CPU run (no CUDA): the per-step host times, the host time by op and the syncs a GPU would "
+    "have (would_sync) are measured here; GPU utilization, kernel times and categories, idle gaps "
+    "and the call stacks behind them, per-step GPU time, real sync waits and peak memory per stage "
+    "need a CUDA GPU."
+)
+PROFILER_SYNC_NOTE = (
+    "The cudaDeviceSynchronize after the last profiled step is the profiler's own: it waits for "
+    "the GPU before closing the capture. Syncs inside a step range are the engine's."
+)
+
+
+def title(run: dict) -> str:
+    """``wanscope profile: <preset> WxHxF, steps a-b of N[, RANDOM WEIGHTS]``."""
+    steps = run["profiled_steps"]
+    text = (f"wanscope profile: {run['preset']} {run['width']}x{run['height']}x{run['frames']}, "
+            f"steps {steps[0]}-{steps[-1]} of {run['schedule_steps']}")
+    return text + (", RANDOM WEIGHTS" if run["random_weights"] else "")
+
+
+def notes(run: dict) -> list[str]:
+    out = [run["note"]] if run["note"] else []
+    out.append(PROFILER_SYNC_NOTE if run["device"] == "cuda" else CPU_NOTE)
+    return out
+
+
+def build_report(traces: list[Path], run: dict, out_dir: Path) -> dict:
+    """Analyze ``traces``, add ``run`` and ``host_ops``, write report.json and report.html."""
+    con = open_traces([str(t) for t in traces])
+    result = analyze(con)
+    result["notes"] = notes(run) + result["notes"]
+    result["run"] = run
+    result["host_ops"] = host_ops(con)
+    write_report(con, result, out_dir, title(run))
+    return result
+
+
+def _bytes(n) -> str:
+    return "-" if n is None else f"{n / 2**30:,.2f} GiB"
+
+
+def render(result: dict, files: list[Path], console: Console | None = None) -> None:
+    """The analysis summary, then host time by op, the run's stages and the files written."""
+    c = console or Console()
+    run = result["run"]
+    render_analysis(result, c)
+    h = result["host_ops"]
+    if h["ops"]:
+        t = Table("op", "count", "host time", "% of step time",
+                  title=f"host time by op (outermost aten ops; steps {fmt_ns(h['step_time_ns'])}, "
+                        f"in aten ops {fmt_ns(h['aten_time_ns'])})")
+        for row in h["ops"]:
+            t.add_row(row["name"], f"{row['count']:,}", fmt_ns(row["total_ns"]), fmt_pct(row["pct"]))
+        c.print(t)
+    t = Table("stage", "wall time", "peak memory", title="stages")
+    for stage, wall in run["stage_wall_ns"].items():
+        t.add_row(stage, fmt_ns(wall), _bytes(run["peak_memory_bytes"].get(stage)))
+    c.print(t)
+    c.print(f"[bold]{title(run)}[/bold]")
+    if run["note"]:
+        c.print(f"[bold yellow]{run['note']}[/bold yellow]")
+    c.print("wrote " + ", ".join(str(f) for f in files))

@@ -1,33 +1,57 @@
-"""Wan2.1 DiT forward: ours vs diffusers' WanTransformer3DModel, same random weights and inputs.
+"""Wan2.1 DiT forward, the contenders of issue 8: ours vs diffusers' WanTransformer3DModel,
+same random weights and inputs, all in one process.
 
 Default: the 1.3B preset at 480x832x81 (latents [1, 16, 21, 60, 104], L = 32,760 tokens), B=1,
-bf16 on CUDA. For each variant: warm-up forwards, then ``--repeats`` forwards each timed with
-CUDA events (median reported), the peak memory over them, and the relative L2 error of the
-output against an fp32 reference (our fp32 model, which matches the official WanModel in fp32;
-diffusers' fp32 output is reported against it too). TF32 is off for the fp32 runs. Then one
-full CFG step (cond + uncond forwards and a UniPC step) of our denoising loop, sequential and
-batched. Achieved TFLOP/s use the analytic FLOPs of a forward (attention core 4*L^2*dim per
-layer plus the linear layers) against ``--peak-tflops`` (763: dense bf16 8192^3 matmul
-measured on the H200, shared/DESIGN.md).
+bf16 on CUDA. Contenders: diffusers eager, diffusers regional compile
+(``compile_repeated_blocks(fullgraph=True)``), diffusers whole-model ``torch.compile`` (only
+with ``--whole-model-compile``: ~2 min of warm-up), ours on torch ops (fp32 and bf16 residual
+stream), ours on the fused Triton kernels (``kernels="triton"``, both streams), and ours fused
+with each block compiled (regional compile). For each: warm-up forwards (their wall time is the
+warm-up a user waits for: compilation, autotuning, Triton JIT; the Inductor and Triton caches
+point to a fresh folder unless ``--keep-caches``), then ``--repeats`` forwards each timed with
+CUDA events (median reported), the peak memory over them, the relative L2 error of the output
+against an fp32 reference (our fp32 model, which matches the official WanModel in fp32; TF32 off
+for it), and the attention kernel it ran, from one profiled forward. A contender that fails is
+recorded with its error and the run goes on.
 
-Writes ``OUT/dit_forward.json`` (temp name, then rename), prints a table, and ends with one
-line of machine-readable JSON. ``--smoke`` runs the same code on the tiny preset on the CPU (bf16 too) in seconds.
+"best compile" is the faster of diffusers' compiled contenders; the floor is the analytic FLOPs
+of a forward (attention core 4*L^2*dim per layer plus the linear layers) at the dense bf16
+matmul rate measured in this run (8192^3; ``--peak-tflops`` on the CPU). Then one full CFG step
+(cond + uncond forwards and a UniPC step) of our denoising loop, sequential and batched, for our
+fastest exact contender's settings.
+
+Writes ``OUT/dit_forward-YYYY-MM-DD.json`` (temp name, then rename; a ``contenders`` list with
+``name``, ``ms``, ``ratio_vs_best_compile``, ``ratio_vs_floor``, ``rel_l2_error``,
+``attention_kernel``, ``warmup_s``, ``peak_mem_gib``, ...), prints a table, and ends with one line
+of machine-readable JSON. ``--smoke`` runs the same code on the tiny preset on the CPU.
 
     python benchmarks/dit_forward.py --out benchmarks/results
+    python benchmarks/dit_forward.py --out benchmarks/results --whole-model-compile
     python benchmarks/dit_forward.py --smoke --out /tmp/bench
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
+import re
 import statistics
 import sys
+import tempfile
 import time
+import traceback
 from dataclasses import asdict, replace
 from pathlib import Path
+
+# A fresh compile cache makes the warm-up what a first-time user waits for. Inductor and Triton
+# read these when they first compile, so set them before anything compiles.
+if "--keep-caches" not in sys.argv:
+    _CACHE = tempfile.mkdtemp(prefix="wanscope-bench-cache-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_CACHE, "inductor")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(_CACHE, "triton")
 
 # run from a plain checkout: no install of wanscope needed
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -102,12 +126,21 @@ class Timer:
         return [(e - s) * 1e3 for s, e in self.pairs]
 
 
-def measure(name, fn, device, warmup, repeats, ref, flops, peak_tflops):
-    """Warm up, then time ``repeats`` calls; peak memory over the timed calls."""
-    for _ in range(warmup):
-        out = fn()
+def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
+
+
+def measure(name, fn, device, warmup, repeats, ref, flops, peak_tflops):
+    """Warm up (wall time reported as ``warmup_s``), then time ``repeats`` calls; peak memory
+    over the timed calls."""
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(warmup):
+        out = fn()
+    sync(device)
+    warmup_s = time.perf_counter() - t0
+    if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     timer = Timer(device)
@@ -123,6 +156,7 @@ def measure(name, fn, device, warmup, repeats, ref, flops, peak_tflops):
         "rel_l2_vs_fp32": None if ref is None else rel_l2(out, ref),
         "tflops": round(flops / (median * 1e-3) / 1e12, 1),
         "pct_of_peak": round(100 * flops / (median * 1e-3) / (peak_tflops * 1e12), 1),
+        "warmup_s": round(warmup_s, 2),
     }
     if device.type == "cuda":
         row["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 2)
@@ -130,18 +164,62 @@ def measure(name, fn, device, warmup, repeats, ref, flops, peak_tflops):
     return row, out
 
 
+# kernel names of attention (shared/DESIGN.md categories); Inductor's fused kernels that merely
+# name an attention op are pointwise, not attention
+_ATTENTION = re.compile(r"flash|fmha|sdpa|attention", re.I)
+
+
+def matmul_tflops(device: torch.device, fallback: float) -> float:
+    """Dense bf16 8192^3 matmul rate measured now (median of 10); ``fallback`` on the CPU."""
+    if device.type != "cuda":
+        return fallback
+    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    timer = Timer(device)
+    for _ in range(10):
+        timer(lambda: a @ b)
+    return 2 * 8192**3 / (statistics.median(timer.times_ms()) * 1e-3) / 1e12
+
+
+def attention_kernels(fn, device: torch.device) -> dict[str, dict]:
+    """The attention kernels one call of ``fn`` runs: name -> {calls, mean_us}, most time first.
+    On the CPU (smoke) the SDPA ops stand in for kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        fn()
+        sync(device)
+    found: dict[str, list[float]] = {}
+    for ev in prof.events():
+        on_device = ev.device_type == torch.autograd.DeviceType.CUDA
+        if on_device != cuda or ev.name.startswith("triton_"):
+            continue
+        if _ATTENTION.search(ev.name) if cuda else "scaled_dot_product" in ev.name:
+            found.setdefault(ev.name, []).append(ev.time_range.elapsed_us())
+    ranked = sorted(found.items(), key=lambda kv: -sum(kv[1]))
+    return {name: {"calls": len(t), "mean_us": round(statistics.mean(t), 1)} for name, t in ranked}
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, required=True, help="folder for dit_forward.json")
-    ap.add_argument("--smoke", action="store_true", help="tiny preset on the CPU, seconds")
+    ap.add_argument("--out", type=Path, required=True, help="folder for dit_forward-YYYY-MM-DD.json")
+    ap.add_argument("--smoke", action="store_true", help="tiny preset on the CPU")
     ap.add_argument("--preset", default=None, help="default: wan2.1-t2v-1.3b (tiny with --smoke)")
     ap.add_argument("--size", default=None, help="WIDTHxHEIGHT, default 832x480 (64x64 with --smoke)")
     ap.add_argument("--frames", type=int, default=None, help="default 81 (5 with --smoke)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--text-tokens", type=int, default=40, help="non-padding prompt tokens of the context")
-    ap.add_argument("--peak-tflops", type=float, default=763.0)
+    ap.add_argument("--peak-tflops", type=float, default=763.0, help="the floor's rate on the CPU")
     ap.add_argument("--attention", default="sdpa", help="our attention backend")
+    ap.add_argument("--whole-model-compile", action="store_true",
+                    help="also diffusers with torch.compile of the whole model (~2 min warm-up)")
+    ap.add_argument("--keep-caches", action="store_true",
+                    help="use the existing Inductor/Triton caches (warm-up then is not a first run's)")
+    ap.add_argument("--only", default=None, help="comma-separated substrings: run only matching contenders")
     args = ap.parse_args(argv)
     if args.repeats < 5:
         ap.error("--repeats must be >= 5")
@@ -160,6 +238,8 @@ def main(argv=None) -> dict:
     shape = (1, cfg.in_channels, (frames - 1) // sf + 1, height // sh, width // sw)
     tokens = shape[2] * shape[3] * shape[4] // math.prod(cfg.patch_size)
     flops = forward_flops(cfg, tokens, cfg.text_len)
+    peak_tflops = matmul_tflops(device, args.peak_tflops)
+    floor_ms = flops / (peak_tflops * 1e12) * 1e3
 
     torch.manual_seed(0)
     g = torch.Generator(device=device).manual_seed(1)
@@ -186,43 +266,109 @@ def main(argv=None) -> dict:
     theirs = diffusers_bf16(theirs, dtype)
     # diffusers' pipeline hands the transformer its inputs in the transformer dtype
     lat_low, ctx_low = latents.to(dtype), context.to(dtype)
-    variants = {"diffusers": lambda: theirs(lat_low, timestep, ctx_low, return_dict=False)[0]}
-    models = {}
-    for label, fp32_residual in (("ours fp32-residual (official)", True), ("ours bf16-residual (diffusers)", False)):
+
+    def ours_model(fp32_residual: bool, kernels: str, compile_blocks: bool = False) -> WanDiT:
         with torch.device("meta"):
             m = WanDiT(replace(cfg, fp32_residual=fp32_residual))
         m.load_state_dict(state, assign=True)
         m = m.set_dtype(dtype).eval().requires_grad_(False)
         m.attention_backend = args.attention
-        models[label] = m
-        variants[label] = lambda m=m: m(latents, timestep, context)
-    del state
+        m.kernels = kernels
+        if compile_blocks:
+            for block in m.blocks:
+                block.compile(fullgraph=True)
+        return m
+
+    def ours_fn(*model_args):
+        m = ours_model(*model_args)
+        return lambda: m(latents, timestep, context)
+
+    def diffusers_fn(mode: str):
+        if mode == "whole":
+            compiled = torch.compile(theirs)
+            return lambda: compiled(lat_low, timestep, ctx_low, return_dict=False)[0]
+        if mode == "regional":  # in place: must come after the eager and whole-model contenders
+            theirs.compile_repeated_blocks(fullgraph=True)
+        return lambda: theirs(lat_low, timestep, ctx_low, return_dict=False)[0]
+
+    # (name, is diffusers compile, factory); built lazily so a failure costs one contender
+    contenders = [("diffusers eager", False, lambda: diffusers_fn("eager"))]
+    if args.whole_model_compile:
+        contenders.append(("diffusers whole-model compile", True, lambda: diffusers_fn("whole")))
+    contenders += [
+        ("diffusers regional compile", True, lambda: diffusers_fn("regional")),
+        ("ours torch fp32-residual (official)", False, lambda: ours_fn(True, "torch")),
+        ("ours torch bf16-residual", False, lambda: ours_fn(False, "torch")),
+        ("ours triton fp32-residual (exact)", False, lambda: ours_fn(True, "triton")),
+        ("ours triton bf16-residual", False, lambda: ours_fn(False, "triton")),
+        ("ours triton fp32-residual + regional compile", False, lambda: ours_fn(True, "triton", True)),
+        ("ours triton bf16-residual + regional compile", False, lambda: ours_fn(False, "triton", True)),
+    ]
+    if args.only:
+        keys = args.only.split(",")
+        contenders = [c for c in contenders if any(k in c[0] for k in keys)]
 
     rows = []
     with torch.no_grad():
-        for name, fn in variants.items():
-            row, _ = measure(name, fn, device, args.warmup, args.repeats, ref, flops, args.peak_tflops)
+        for name, is_compile, factory in contenders:
+            print(f"... {name}", file=sys.stderr, flush=True)
+            try:
+                fn = factory()
+                row, _ = measure(name, fn, device, args.warmup, args.repeats, ref, flops, peak_tflops)
+                row["diffusers_compile"] = is_compile
+                try:
+                    kernels = attention_kernels(fn, device)
+                    row["attention_kernels"] = kernels
+                    row["attention_kernel"] = next(iter(kernels), None)
+                except Exception as exc:  # the timing stands without the profile
+                    row["attention_kernel"] = None
+                    row["attention_kernels_error"] = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:
+                traceback.print_exc()
+                row = {"name": name, "error": f"{type(exc).__name__}: {exc}", "diffusers_compile": is_compile}
             rows.append(row)
-        del theirs, variants
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+            fn = None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
 
-        # one full CFG step of our loop (cond + uncond + UniPC step), first step of the schedule
-        dit = models["ours fp32-residual (official)"]
-        cond = context.to(dit.dtype)
-        uncond = torch.zeros_like(cond)
-        uncond[:, :n_text] = torch.randn(1, n_text, cfg.text_dim, generator=g, device=device).to(dit.dtype)
-        schedule = flow_schedule(preset.sampling.steps, preset.sampling.shift)
-        for mode in ("sequential", "batched"):
-            def step(mode=mode):
-                return denoise(dit, latents, cond, uncond, FlowSampler(schedule), preset.sampling.guidance, mode, stop=1)
+        compiled = [r["median_ms"] for r in rows if r.get("diffusers_compile") and "median_ms" in r]
+        best_compile_ms = min(compiled) if compiled else None
+        for r in rows:
+            r["ms"] = r.get("median_ms")
+            r["rel_l2_error"] = r.get("rel_l2_vs_fp32")
+            ok = r["ms"] is not None
+            r["ratio_vs_best_compile"] = round(r["ms"] / best_compile_ms, 3) if ok and best_compile_ms else None
+            r["ratio_vs_floor"] = round(r["ms"] / floor_ms, 3) if ok else None
 
-            row, _ = measure(f"ours CFG step ({mode})", step, device, args.warmup, args.repeats, None,
-                             2 * flops, args.peak_tflops)
-            rows.append(row)
+        # one full CFG step of our loop (cond + uncond + UniPC step), first step of the schedule,
+        # on the fastest of our exact (fp32-residual) eager contenders
+        exact = [r for r in rows if r["name"].startswith("ours") and "fp32-residual" in r["name"]
+                 and "compile" not in r["name"] and r["ms"] is not None]
+        cfg_rows = []
+        if exact:
+            best = min(exact, key=lambda r: r["ms"])
+            dit = ours_model(True, "triton" if "triton" in best["name"] else "torch")
+            cond = context.to(dit.dtype)
+            uncond = torch.zeros_like(cond)
+            uncond[:, :n_text] = torch.randn(1, n_text, cfg.text_dim, generator=g, device=device).to(dit.dtype)
+            schedule = flow_schedule(preset.sampling.steps, preset.sampling.shift)
+            for mode in ("sequential", "batched"):
+                def step(mode=mode):
+                    return denoise(dit, latents, cond, uncond, FlowSampler(schedule), preset.sampling.guidance,
+                                   mode, stop=1)
 
+                try:
+                    row, _ = measure(f"{best['name']} CFG step ({mode})", step, device, args.warmup,
+                                     args.repeats, None, 2 * flops, peak_tflops)
+                except Exception as exc:
+                    traceback.print_exc()
+                    row = {"name": f"CFG step ({mode})", "error": f"{type(exc).__name__}: {exc}"}
+                cfg_rows.append(row)
+
+    today = datetime.date.today().isoformat()
     result = {
         "benchmark": "dit_forward",
+        "date": today,
         "preset": preset.name,
         "dit": asdict(cfg),
         "latents": list(shape),
@@ -231,40 +377,60 @@ def main(argv=None) -> dict:
         "dtype": str(dtype).removeprefix("torch."),
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
+        "triton": _version("triton"),
         "diffusers": diffusers_version,
         "attention": args.attention,
         "flops_per_forward": flops,
-        "peak_tflops": args.peak_tflops,
-        "floor_ms": round(flops / (args.peak_tflops * 1e12) * 1e3, 2),
+        "matmul_tflops": round(peak_tflops, 1),
+        "floor_ms": round(floor_ms, 2),
+        "best_compile_ms": best_compile_ms,
+        "fresh_caches": not args.keep_caches,
         "warmup": args.warmup,
         "repeats": args.repeats,
         "reference": "ours fp32 (TF32 off); diffusers fp32 rel L2 vs it below",
         "diffusers_fp32_rel_l2": diffusers_fp32_err,
-        "results": rows,
+        "contenders": rows,
+        "cfg_step": cfg_rows,
         "smoke": args.smoke,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "dit_forward.json"
-    tmp = args.out / ".dit_forward.json.partial"
+    path = args.out / f"dit_forward-{today}{'-smoke' if args.smoke else ''}.json"
+    tmp = args.out / f".{path.name}.partial"
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     os.replace(tmp, path)
 
-    print(f"{result['device']}  torch {torch.__version__}  diffusers {diffusers_version}  "
+    print(f"{result['device']}  torch {torch.__version__}  triton {result['triton']}  diffusers {diffusers_version}  "
           f"{preset.name}  latents {list(shape)}  L={tokens}  {result['dtype']}")
-    print(f"forward: {flops / 1e12:.1f} TFLOP; floor at {args.peak_tflops:.0f} TFLOP/s: {result['floor_ms']} ms; "
-          f"diffusers fp32 vs ours fp32 rel L2 {diffusers_fp32_err:.2e}")
-    header = f"{'variant':34} {'median ms':>10} {'min ms':>9} {'TFLOP/s':>8} {'% peak':>7} {'rel L2':>9} {'peak GiB':>9}"
+    print(f"forward: {flops / 1e12:.1f} TFLOP; matmul {peak_tflops:.0f} TFLOP/s -> floor {floor_ms:.1f} ms; "
+          f"best compile {best_compile_ms} ms; diffusers fp32 vs ours fp32 rel L2 {diffusers_fp32_err:.2e}")
+    header = (f"{'contender':46} {'ms':>8} {'x best':>7} {'x floor':>7} {'TFLOP/s':>8} {'rel L2':>9} "
+              f"{'GiB':>6} {'warm s':>7}  attention kernel")
     print(header)
     print("-" * len(header))
-    for r in rows:
-        err = "" if r["rel_l2_vs_fp32"] is None else f"{r['rel_l2_vs_fp32']:.2e}"
-        mem = "" if "peak_mem_gib" not in r else f"{r['peak_mem_gib']:.2f}"
-        print(f"{r['name']:34} {r['median_ms']:>10.2f} {r['min_ms']:>9.2f} {r['tflops']:>8.1f} "
-              f"{r['pct_of_peak']:>7.1f} {err:>9} {mem:>9}")
+    for r in rows + cfg_rows:
+        if r.get("median_ms") is None:
+            print(f"{r['name']:46} FAILED: {r.get('error', '')[:100]}")
+            continue
+
+        def fmt(v, spec):
+            return "" if v is None else format(v, spec)
+
+        print(f"{r['name'][:46]:46} {r['median_ms']:>8.1f} {fmt(r.get('ratio_vs_best_compile'), '.3f'):>7} "
+              f"{fmt(r.get('ratio_vs_floor'), '.3f'):>7} {r['tflops']:>8.1f} {fmt(r['rel_l2_vs_fp32'], '.2e'):>9} "
+              f"{fmt(r.get('peak_mem_gib'), '.2f'):>6} {r['warmup_s']:>7.1f}  {(r.get('attention_kernel') or '')[:60]}")
     print(f"wrote {path}")
-    print(json.dumps({"benchmark": "dit_forward", "json": str(path),
-                      **{r["name"]: {k: r[k] for k in ("median_ms", "rel_l2_vs_fp32")} for r in rows}}))
+    print(json.dumps({"benchmark": "dit_forward", "json": str(path), "floor_ms": round(floor_ms, 2),
+                      "best_compile_ms": best_compile_ms,
+                      **{r["name"]: {k: r.get(k) for k in ("ms", "ratio_vs_best_compile", "rel_l2_error")}
+                         for r in rows}}))
     return result
+
+
+def _version(module: str) -> str | None:
+    try:
+        return __import__(module).__version__
+    except ImportError:
+        return None
 
 
 if __name__ == "__main__":

@@ -46,6 +46,14 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
             t.add_row(_short(row["name"]), f"{row['count']:,}", fmt_ns(row["total_ns"]), fmt_ns(row["mean_ns"]),
                       fmt_pct(row["pct"]))
         c.print(t)
+        if d.get("fused_kernels"):
+            t = Table("fused Triton kernel", "kind", "ops (from the name; Inductor may list only some)", "count",
+                      "total", "%", title="fused kernels")
+            for k in d["fused_kernels"]:
+                ops = ", ".join(k["ops"]) + (f" (+ unmatched: {', '.join(k['unmatched'])})" if k["unmatched"] else "")
+                t.add_row(_short(k["name"], 60), k["kind"] or "-", ops, f"{k['count']:,}", fmt_ns(k["total_ns"]),
+                          fmt_pct(k["pct"]))
+            c.print(t)
         g = d["gaps"]
         hist = ", ".join(f"{k}: {v['count']}" for k, v in g["histogram"].items())
         c.print(f"idle gaps: {g['count']:,} totalling {fmt_ns(g['total_ns'])} ({hist})")

@@ -98,3 +98,15 @@ def test_cuda_bf16_matches_torch_path():
         model.kernels = "triton"
         fused_err = rel_l2(model(*inputs), ref)
     assert fused_err <= 1.1 * torch_err, (fused_err, torch_err)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_gelu_epilogue_is_tanh():
+    """Zero input: the GEMM output is the bias, so the epilogue's GELU is seen exactly (fp32)."""
+    from wanscope.wan.fused import linear_gelu_tanh
+
+    lin = torch.nn.Linear(64, 512).cuda()
+    lin.bias.data.copy_(torch.linspace(-5, 5, 512, device="cuda"))
+    out = linear_gelu_tanh(torch.zeros(128, 64, device="cuda"), lin)
+    torch.testing.assert_close(out, torch.nn.functional.gelu(lin.bias, approximate="tanh").expand_as(out),
+                               rtol=1e-6, atol=1e-6)

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import assert_close_to_f64  # noqa: E402
+from kernel_checks import assert_close_to_f64  # noqa: E402
 
 from wanscope.kernels import gated_add, norm_modulate  # noqa: E402
 from wanscope.kernels.norm_modulate import reference  # noqa: E402

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import assert_close_to_f64  # noqa: E402
+from kernel_checks import assert_close_to_f64  # noqa: E402
 
 from wanscope.kernels import rms_norm_rope  # noqa: E402
 from wanscope.wan.config import DiTConfig  # noqa: E402

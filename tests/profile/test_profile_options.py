@@ -45,6 +45,10 @@ BAD = [
     (["--size", "64x60"], "size 64x60: width must be a positive multiple of 16 and height of 16"),
     (["--frames", "6"], "frames must be 4k+1 (1, 5, ..., 81), got 6"),
     (["--checkpoint", "no-such-folder"], "no-such-folder: not a directory"),
+    (["--compare-compile", "--compile"],
+     "--compare-compile runs eager and compiled under torch.profiler: not with --compile, --nsys or --ncu"),
+    (["--compare-compile", "--warmup", "0"],
+     "--compare-compile needs --warmup >= 1: compilation would land in the profiled steps"),
 ]
 if not torch.cuda.is_available():
     BAD += [

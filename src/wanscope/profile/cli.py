@@ -48,12 +48,14 @@ def _child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
 @click.option("--nsys", is_flag=True, help="Capture with Nsight Systems instead of torch.profiler (needs CUDA).")
 @click.option("--ncu", type=click.Choice(["attention"]),
               help="Also run Nsight Compute on the self-attention kernel of the backend and diagnose it.")
+@click.option("--compare-compile", is_flag=True,
+              help="Profile the same steps eager and compiled (into eager/ and compiled/), then diff them.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=defaults.OUT_DIR,
               show_default=True, help="Folder for the trace, report.json and report.html.")
 @click.option("--child", type=click.Choice(["nsys", "ncu"]), hidden=True)
 @click.option("--run-info", type=click.Path(dir_okay=False, path_type=Path), hidden=True)
 def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, profile_steps, compile_, attention,
-            cfg, legacy_step_lookup, nsys, ncu, out_dir, child, run_info):
+            cfg, legacy_step_lookup, nsys, ncu, compare_compile, out_dir, child, run_info):
     """Profile Wan2.1 denoising steps and report what limits them.
 
     Runs --warmup denoising steps of the real --steps schedule, profiles the next
@@ -79,6 +81,13 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
     if child:
         _run_child(opts, child, run_info)
         return
+    if compare_compile:
+        from wanscope.profile.compare import check
+
+        if compile_ or nsys or ncu:
+            raise UsageError("--compare-compile runs eager and compiled under torch.profiler: "
+                             "not with --compile, --nsys or --ncu")
+        check(opts)
     if (nsys or ncu) and not cuda:
         raise UsageError(f"--{'nsys' if nsys else 'ncu'} needs a CUDA GPU; this machine has none")
     nsys_exe = None
@@ -98,12 +107,25 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
 
         click.echo(f"wanscope: {RANDOM_NOTE}", err=True)
 
+    if compare_compile:
+        from wanscope.profile.compare import compare_compile as profile_both, compile_lines
+        from wanscope.report.diff_text import render_diff
+
+        result, files = profile_both(opts, out_dir)
+        render_diff(result)
+        for line in compile_lines(result):
+            click.echo(line)
+        click.echo("wrote " + ", ".join(str(f) for f in files))
+        return
+
     from wanscope.profile.result import build_report, render
 
     if nsys_exe:
         traces, run = _capture_nsys(opts, nsys_exe, out_dir)
     else:
-        traces, run = _capture_kineto(opts, out_dir)
+        from wanscope.profile.kineto import profile_here
+
+        traces, run = profile_here(opts, out_dir)
     result = build_report(traces, run, out_dir)
     files = [*traces, out_dir / "report.json", out_dir / "report.html"]
     if nsys_exe:
@@ -111,18 +133,6 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
     render(result, files)
     if ncu:
         _capture_ncu(opts, out_dir, result)
-
-
-def _capture_kineto(opts, out_dir: Path) -> tuple[list[Path], dict]:
-    from wanscope.profile import driver
-    from wanscope.profile.run_info import run_object, static_info
-    from wanscope.profile.window import KinetoWindow
-
-    trace = out_dir / "trace.json.gz"
-    window = KinetoWindow(trace, opts.warmup, opts.profile_steps, opts.device == "cuda",
-                          static_info(opts, "torch.profiler"))
-    m = driver.run(opts, window)
-    return [trace], run_object(opts, "torch.profiler", m)
 
 
 def _capture_nsys(opts, nsys_exe: str, out_dir: Path) -> tuple[list[Path], dict]:

@@ -5,18 +5,27 @@ it, so the text encoder, the DiT and the VAE never hold device memory together (
 code offloads the same way). The denoising loop reads nothing back from the device: every
 schedule value is a host float or a device tensor built before the loop, and the step index
 comes from the loop. Each step, CFG branch and DiT block part is a named range (``ranges.py``).
+
+With a ``ParallelContext`` (``wanscope.parallel``, under torchrun) rank 0 encodes the prompts and
+broadcasts them, every rank runs the loop on its share (a CFG branch, a token shard or both) and
+ends with the same latents, and rank 0 alone decodes the video.
 """
 
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 from wanscope.errors import UsageError
+from wanscope.parallel.cfg import cfg_velocity
+from wanscope.parallel.group import ParallelContext
+from wanscope.parallel.plan import check_cfg_parallel
+from wanscope.parallel.text import broadcast_text_states
+from wanscope.parallel.ulysses import shard_dit
 from wanscope.wan import ranges
 from wanscope.wan.attention import AttentionBackend
 from wanscope.wan.config import WanConfig
@@ -163,6 +172,7 @@ def denoise(
     start: int = 0,
     stop: int | None = None,
     on_step: StepCallback | None = None,
+    parallel: ParallelContext | None = None,
 ) -> torch.Tensor:
     """Run steps ``start..stop-1`` of ``sampler``'s schedule with classifier-free guidance.
 
@@ -170,13 +180,22 @@ def denoise(
     branch runs. ``batched`` runs cond and uncond as one B=2 forward, ``sequential`` as two.
 
     Args:
-        latents: [1, C, F, H, W] fp32 at sigma[start].
+        latents: [1, C, F, H, W] fp32 at sigma[start] (equal on every rank under ``parallel``).
         cond, uncond: [1, text_len, text_dim] text states.
         on_step: called after each step (outside the step's range) with (index, latents).
+        parallel: with a CFG degree of 2, this rank runs one branch (``parallel/cfg.py``);
+            Ulysses needs nothing here (``shard_dit`` made the DiT sharded).
 
     Returns:
-        Latents at sigma[stop], fp32.
+        Latents at sigma[stop], fp32, equal on every rank.
+
+    Raises:
+        UsageError: CFG parallel with guidance <= 1 or ``cfg="batched"``.
+        ParallelError: a collective failed.
     """
+    cfg_parallel = parallel is not None and parallel.cfg_degree > 1
+    if cfg_parallel:
+        check_cfg_parallel(guidance, cfg)
     schedule = sampler.schedule
     stop = schedule.steps if stop is None else stop
     timesteps = sampler.device_timesteps(latents.device)  # each step takes a view of it
@@ -190,6 +209,8 @@ def denoise(
                 if not use_cfg:
                     with ranges.named_range(ranges.CFG_COND):
                         velocity = dit(latents, t, cond)
+                elif cfg_parallel:
+                    velocity = cfg_velocity(parallel, dit, latents, t, cond, uncond, guidance)
                 elif cfg == "batched":
                     with ranges.named_range(ranges.CFG_BATCHED):
                         v_cond, v_uncond = dit(latents.expand(2, -1, -1, -1, -1), t.expand(2), context_pair).chunk(2)
@@ -208,10 +229,12 @@ def denoise(
 
 @dataclass
 class Result:
-    """A generated video: [F, H, W, 3] uint8 frames on the CPU and per-stage peak memory (bytes,
-    0 without CUDA)."""
+    """A generated video: [F, H, W, 3] uint8 frames on the CPU (None on ranks other than 0),
+    the final latents [1, C, F', H', W'] fp32 on the CPU, and per-stage peak memory (bytes, 0
+    without CUDA)."""
 
-    frames: torch.Tensor
+    frames: torch.Tensor | None
+    latents: torch.Tensor
     peak_memory_bytes: dict[str, int]
 
 
@@ -223,35 +246,73 @@ def _peak(device: torch.device) -> int:
     return peak
 
 
-def generate(parts: Components, req: Request, on_step: StepCallback | None = None) -> Result:
-    """Prompt to video frames: each stage loads its model, runs, and releases it.
+def encode_prompts(
+    parts: Components, req: Request, parallel: ParallelContext | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The text states of the prompt and, with guidance > 1, of the negative prompt.
+
+    The encoder is loaded, run and released; under ``parallel`` only rank 0 does that and
+    broadcasts the states (``parallel/text.py``).
+
+    Returns:
+        cond, uncond: [1, text_len, text_dim] in ``parts.dtype`` on ``parts.device`` (the same
+        tensor twice without guidance).
 
     Raises:
-        UsageError: bad request values (see ``Request.validate``).
+        ParallelError: the broadcast failed.
+    """
+    prompts = [req.prompt, req.negative_prompt] if req.guidance > 1.0 else [req.prompt]
+    states = None
+    if parallel is None or parallel.is_main:
+        encoder = parts.text_encoder()
+        states = encoder.encode(prompts)
+        del encoder
+        release()
+    if parallel is not None:
+        shape = (len(prompts), parts.config.dit.text_len, parts.config.text_encoder.dim)
+        states = broadcast_text_states(parallel, states, shape, parts.dtype)
+    return states[:1], states[1:] if len(prompts) == 2 else states[:1]
+
+
+def generate(
+    parts: Components, req: Request, on_step: StepCallback | None = None, parallel: ParallelContext | None = None
+) -> Result:
+    """Prompt to video frames: each stage loads its model, runs, and releases it.
+
+    Under ``parallel`` every rank must be called with the same request (checked first); rank 0
+    alone decodes the video, the other ranks return without frames.
+
+    Raises:
+        UsageError: bad request values (see ``Request.validate``), or a parallel mode that
+            cannot run this request (CFG parallel without guidance, heads that do not split).
         InputError: an unusable checkpoint.
+        ParallelError: ranks started differently, or a collective failed.
     """
     cfg = parts.config
     req.validate(cfg.vae.stride, cfg.dit.patch_size)
     device = parts.device
+    if parallel is not None:
+        if parallel.cfg_degree > 1:
+            check_cfg_parallel(req.guidance, req.cfg)
+        parallel.agree(**asdict(req), preset=cfg.name, dtype=str(parts.dtype), checkpoint=str(parts.checkpoint))
     peaks = {}
     _peak(device)
 
-    encoder = parts.text_encoder()
-    prompts = [req.prompt, req.negative_prompt] if req.guidance > 1.0 else [req.prompt]
-    states = encoder.encode(prompts)
-    cond, uncond = states[:1], states[1:] if len(prompts) == 2 else states[:1]
-    del encoder, states
-    release()
+    cond, uncond = encode_prompts(parts, req, parallel)
     peaks["text_encoding"] = _peak(device)
 
     dit = parts.dit()
+    if parallel is not None:
+        shard_dit(parallel, dit)
     cond, uncond = cond.to(dit.dtype), uncond.to(dit.dtype)
     sampler = FlowSampler(flow_schedule(req.steps, req.shift), req.solver, req.legacy_step_lookup)
     noise = initial_noise(latent_shape(cfg, req.height, req.width, req.frames), req.seed, device)
-    latents = denoise(dit, noise, cond, uncond, sampler, req.guidance, req.cfg, on_step=on_step)
+    latents = denoise(dit, noise, cond, uncond, sampler, req.guidance, req.cfg, on_step=on_step, parallel=parallel)
     del dit, cond, uncond
     release()
     peaks["denoising"] = _peak(device)
+    if parallel is not None and not parallel.is_main:
+        return Result(frames=None, latents=latents.cpu(), peak_memory_bytes=peaks)
 
     from wanscope.wan.vae import decode
 
@@ -261,4 +322,4 @@ def generate(parts: Components, req: Request, on_step: StepCallback | None = Non
     release()
     peaks["vae_decode"] = _peak(device)
     frames = ((video[0].permute(1, 2, 3, 0) + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).cpu()
-    return Result(frames=frames, peak_memory_bytes=peaks)
+    return Result(frames=frames, latents=latents.cpu(), peak_memory_bytes=peaks)

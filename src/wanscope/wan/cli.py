@@ -1,10 +1,14 @@
 """``wanscope generate``: text to video with the Wan2.1 engine.
 
 Loaded lazily by the top-level group, so torch is imported only when this command runs.
+Under ``torchrun --nproc-per-node N -m wanscope generate ... --parallel MODE`` every rank runs
+it; rank 0 alone prints and writes the outputs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import sys
 import time
@@ -13,6 +17,7 @@ from pathlib import Path
 import click
 
 from wanscope.errors import InputError, UsageError
+from wanscope.parallel.plan import DEFAULT_TIMEOUT_S, PARALLEL_MODES, check_cfg_parallel
 from wanscope.wan.config import PRESETS, get_preset
 
 RANDOM_NOTE = "RANDOM WEIGHTS (no checkpoint): timing/profiling run, not a real video"
@@ -54,8 +59,15 @@ def parse_size(text: str) -> tuple[int, int]:
 @click.option("--legacy-step-lookup", is_flag=True, help="Find the step index with a device .item() (syncs once per step).")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("video.mp4"), show_default=True,
               help="MP4 path; a .png contact sheet and a .json sidecar are written next to it.")
+@click.option("--save-latents", type=click.Path(path_type=Path, dir_okay=False),
+              help="Also save the final latents [1, 16, F, H, W] fp32 here (torch.save; rank 0).")
+@click.option("--parallel", type=click.Choice(PARALLEL_MODES),
+              help="Under torchrun: CFG branches on 2 ranks, Ulysses token shards on all, or both (2 x N/2).")
+@click.option("--dist-timeout", type=click.FloatRange(min=1), default=DEFAULT_TIMEOUT_S, show_default=True,
+              help="Seconds any rank may wait for the others (rendezvous, each collective) before failing.")
 def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, frames, steps, guidance, shift,
-             seed, solver, cfg_mode, attention, device, dtype, legacy_step_lookup, out):
+             seed, solver, cfg_mode, attention, device, dtype, legacy_step_lookup, out, save_latents, parallel,
+             dist_timeout):
     """Generate a video from a text prompt (Wan2.1 T2V)."""
     import torch
 
@@ -67,6 +79,11 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
         raise UsageError("give exactly one of --checkpoint DIR or --random-weights")
     if not out.parent.is_dir():
         raise InputError(out, "its folder does not exist")
+    if save_latents is not None and not save_latents.parent.is_dir():
+        raise InputError(save_latents, "its folder does not exist")
+    if parallel is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UsageError(f"launched as {os.environ['WORLD_SIZE']} processes without --parallel; "
+                         f"give --parallel {'|'.join(PARALLEL_MODES)}")
     cfg = get_preset(preset)
     s = cfg.sampling
     height, width = parse_size(size) if size else (s.height, s.width)
@@ -89,23 +106,37 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
         from wanscope.wan.weights import check_dit, detect_layout
 
         check_dit(detect_layout(checkpoint).dit)  # a bad checkpoint fails before any model runs
+    ctx = None
+    if parallel is not None:
+        from wanscope.parallel import setup_from_env
+
+        if parallel != "ulysses":
+            check_cfg_parallel(req.guidance, req.cfg)  # before any rank waits for another
+        ctx = setup_from_env(parallel, device.type, dist_timeout, num_heads=cfg.dit.num_heads)
+        device = ctx.device
+    main = ctx is None or ctx.is_main
     parts = Components(
         config=cfg, device=device, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[dtype],
         checkpoint=checkpoint, attention_backend=parse_backend(attention),
     )
     note = RANDOM_NOTE if random_weights else None
-    if note:
+    if note and main:
         click.echo(f"wanscope: {note}", err=True)
 
     from tqdm import tqdm
 
-    bar = tqdm(total=req.steps, unit="step", desc="denoising", file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(total=req.steps, unit="step", desc="denoising", file=sys.stderr, dynamic_ncols=True, disable=not main)
     started = time.perf_counter()
     try:
-        result = run(parts, req, on_step=lambda i, _latents: bar.update(1))
+        with ctx or contextlib.nullcontext():
+            result = run(parts, req, on_step=lambda i, _latents: bar.update(1), parallel=ctx)
     finally:
         bar.close()
     elapsed_s = time.perf_counter() - started
+    if not main:
+        return
+    if save_latents is not None:
+        torch.save(result.latents, save_latents)
 
     info = {
         "note": note,
@@ -117,6 +148,7 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
         "height": req.height, "width": req.width, "frames": req.frames,
         "steps": req.steps, "guidance": req.guidance, "shift": req.shift, "seed": req.seed,
         "solver": req.solver, "cfg": req.cfg, "attention": attention,
+        "parallel": parallel, "world_size": 1 if ctx is None else ctx.world_size,
         "device": str(device), "dtype": dtype, "torch": torch.__version__,
         "elapsed_s": round(elapsed_s, 3),
         "peak_memory_bytes": result.peak_memory_bytes,
@@ -126,3 +158,5 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
         click.echo(f"wanscope: {fallback}", err=True)
     for p in paths:
         click.echo(str(p))
+    if save_latents is not None:
+        click.echo(str(save_latents))

@@ -1,0 +1,140 @@
+"""A bad launch, a lost rank or ranks started differently end every live rank with one line
+(``wanscope: error: ...``, exit code 2, no traceback) within a bounded time, never a hang.
+CPU processes with gloo; every wait in these tests is bounded."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+
+from launch import error_line, rank_env, run_ranks, start_ranks  # noqa: E402
+
+from wanscope.errors import UsageError  # noqa: E402
+from wanscope.parallel.plan import check_heads, degrees  # noqa: E402
+
+TINY = ["generate", "--preset", "tiny", "--random-weights", "--prompt", "a red fox", "--size", "64x48", "--frames", "5"]
+
+
+def test_degrees_of_each_mode():
+    assert degrees("cfg", 2) == (2, 1)
+    assert degrees("ulysses", 2) == (1, 2) and degrees("ulysses", 8) == (1, 8)
+    assert degrees("cfg+ulysses", 4) == (2, 2) and degrees("cfg+ulysses", 8) == (2, 4)
+    for mode, world, message in [
+        ("cfg", 4, "--parallel cfg runs on 2 processes (cond and uncond), got a world size of 4"),
+        ("ulysses", 1, "--parallel ulysses needs at least 2 processes, got a world size of 1"),
+        ("cfg+ulysses", 6 - 1, "--parallel cfg+ulysses needs an even world size of at least 4"),
+        ("cfg+ulysses", 2, "--parallel cfg+ulysses needs an even world size of at least 4"),
+        ("ring", 2, "unknown --parallel mode 'ring'; known: cfg, ulysses, cfg+ulysses"),
+    ]:
+        with pytest.raises(UsageError, match=message.replace("+", r"\+").replace("(", r"\(").replace(")", r"\)")):
+            degrees(mode, world)
+
+
+def test_heads_that_do_not_split_name_the_degrees_that_do():
+    check_heads(12, 4, cfg_degree=2)  # 1.3B on 8 GPUs as cfg+ulysses: 3 heads per rank
+    with pytest.raises(UsageError) as e:
+        check_heads(12, 8)
+    assert str(e.value) == ("Ulysses degree 8 does not divide the model's 12 attention heads; "
+                            "degrees that work: 2, 3, 4, 6, 12")
+    with pytest.raises(UsageError) as e:
+        check_heads(40, 16, cfg_degree=2)  # 14B on 32 GPUs
+    assert str(e.value) == ("Ulysses degree 16 does not divide the model's 40 attention heads; degrees that work: "
+                            "2, 4, 5, 8, 10, 20, 40 (world sizes 4, 8, 10, 16, 20, 40, 80 with cfg+ulysses)")
+
+
+def one_rank(args, rank, world_size, port=29999, timeout_s=60):
+    return subprocess.run([sys.executable, "-m", "wanscope", *args], env=rank_env(rank, world_size, port),
+                          capture_output=True, text=True, timeout=timeout_s)
+
+
+@pytest.mark.parametrize("preset, world, message", [
+    ("tiny", 3, "Ulysses degree 3 does not divide the model's 2 attention heads; degrees that work: 2"),
+    ("wan2.1-t2v-1.3b", 8, "Ulysses degree 8 does not divide the model's 12 attention heads; "
+                           "degrees that work: 2, 3, 4, 6, 12"),
+])
+def test_generate_rejects_heads_that_do_not_split_before_starting(tmp_path, preset, world, message):
+    args = ["generate", "--preset", preset, "--random-weights", "--prompt", "x", "--parallel", "ulysses",
+            "--out", str(tmp_path / "x.mp4")]
+    r = one_rank(args, 0, world)  # no other rank exists: the check runs before any rendezvous
+    assert r.returncode == 2
+    assert error_line(r.stderr) == f"wanscope: error: {message}"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, env_world, message", [
+    (["--parallel", "cfg"], 3, "--parallel cfg runs on 2 processes (cond and uncond), got a world size of 3"),
+    ([], 2, "launched as 2 processes without --parallel; give --parallel cfg|ulysses|cfg+ulysses"),
+    (["--parallel", "cfg", "--guidance", "1"], 2, "CFG parallel needs guidance > 1"),
+])
+def test_bad_launches_fail_at_once(tmp_path, args, env_world, message):
+    started = time.monotonic()
+    r = one_rank([*TINY, *args, "--out", str(tmp_path / "x.mp4")], 0, env_world)
+    assert r.returncode == 2
+    assert message in error_line(r.stderr)
+    assert time.monotonic() - started < 30
+
+
+def test_parallel_without_a_launcher(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "wanscope", *TINY, "--parallel", "ulysses", "--out", str(tmp_path / "x.mp4")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert error_line(r.stderr).startswith(
+        "wanscope: error: --parallel ulysses needs a launcher: run it as `torchrun --nproc-per-node N -m wanscope ...` "
+        "(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT not set)")
+
+
+def test_a_rank_that_never_joins_times_out(tmp_path):
+    """torchrun asked for 2 processes but only rank 0 starts (or the ranks disagree on WORLD_SIZE)."""
+    started = time.monotonic()
+    ((code, err),) = run_ranks([*TINY, "--parallel", "cfg", "--dist-timeout", "3", "--out", str(tmp_path / "x.mp4")],
+                               2, ranks=[0], timeout_s=60)
+    assert code == 2
+    line = error_line(err)
+    assert line.startswith("wanscope: error: rank 0/2: process group setup failed: ")
+    assert "1/2 clients joined" in line and "the same WORLD_SIZE" in line
+    assert time.monotonic() - started < 30
+
+
+def test_ranks_started_with_different_arguments(tmp_path):
+    results = run_ranks([*TINY, "--parallel", "cfg", "--dist-timeout", "20", "--out", str(tmp_path / "x.mp4")], 2,
+                        per_rank_args={0: ["--steps", "3"], 1: ["--steps", "4"]}, timeout_s=60)
+    for code, err in results:
+        assert code == 2
+        assert error_line(err) == ("wanscope: error: rank 1 was started with steps=4 but rank 0 with steps=3: "
+                                   "launch every rank with the same arguments")
+
+
+@pytest.mark.parametrize("mode", ["cfg", "ulysses"])
+@pytest.mark.parametrize("dead", [0, 1])
+def test_a_rank_dying_mid_loop_ends_the_other_with_one_line(tmp_path, mode, dead):
+    # enough steps that the loop is still running when the rank is killed
+    ranks = start_ranks([*TINY, "--steps", "100000", "--parallel", mode, "--dist-timeout", "60",
+                         "--out", str(tmp_path / "x.mp4")], 2)
+    try:
+        # rank 0's progress bar has counted a step: the loop runs
+        assert ranks[0].wait_for(r"\| [1-9]\d*/100000", timeout_s=90), ranks[0].stderr[-2000:]
+        killed_at = time.monotonic()
+        ranks[dead].proc.send_signal(signal.SIGKILL)
+        survivor = ranks[1 - dead]
+        assert survivor.finish(timeout_s=30) == 2
+        assert time.monotonic() - killed_at < 30  # the lost peer is noticed well before --dist-timeout
+        line = error_line(survivor.stderr)
+        what = ("the CFG exchange of velocities" if mode == "cfg" else
+                "the Ulysses (all-to-all of q, k, v|all-to-all of the attention output|all-gather of the output)")
+        # e.g. "rank 0/2: the CFG exchange of velocities failed: Read error [127.0.0.1]:21733:
+        # Connection reset by peer (another rank died, ...)"
+        assert re.fullmatch(rf"wanscope: error: rank {1 - dead}/2: {what} failed: .*(closed|reset) by peer.* "
+                            r"\(another rank died, hung past --dist-timeout 60 s, or was started differently\)",
+                            line), line
+    finally:
+        for r in ranks:
+            if r.proc.poll() is None:
+                r.proc.kill()
+                r.proc.wait()

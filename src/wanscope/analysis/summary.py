@@ -8,6 +8,7 @@ from __future__ import annotations
 from wanscope.analysis.fused import fused_kernels
 from wanscope.analysis.gaps import idle_gaps
 from wanscope.analysis.kernels import categories, top_kernels
+from wanscope.analysis.ranks import rank_count, rank_summary
 from wanscope.analysis.scope import Scope
 from wanscope.analysis.steps import step_times
 from wanscope.analysis.syncs import find_syncs
@@ -40,7 +41,8 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
     Returns:
         A dict: ``schema_version``, ``sources``, ``warnings``, ``devices`` (one per
         (rank, device) with GPU activity), ``syncs``, ``steps``, and ``notes`` (plain
-        sentences, e.g. "no GPU activity" for a CPU-only trace).
+        sentences, e.g. "no GPU activity" for a CPU-only trace); with more than one rank also
+        ``ranks`` (communication time and overlap per device, slowest rank per step).
     """
     scope = scope or Scope()
     devices = device_utilization(con, scope)
@@ -61,7 +63,7 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         notes.append("no GPU activity: the trace holds no kernels, memcpys or memsets with valid times"
                      + (" in the selected steps" if scope.step_range else "")
                      + "; GPU utilization, kernels and gaps need a trace captured with CUDA activities on a GPU")
-    return {
+    result = {
         "schema_version": SCHEMA_VERSION,
         "sources": sources(con),
         "warnings": warnings(con),
@@ -70,3 +72,6 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         "steps": step_times(con, scope),
         "notes": notes,
     }
+    if rank_count(con) > 1:
+        result["ranks"] = rank_summary(con, scope)
+    return result

@@ -1,0 +1,175 @@
+"""The fast mode: a built ``WanDiT`` switched, block by block, to FP8 GEMMs and INT8 attention.
+
+Applied from outside the model: ``apply_fast_mode(dit, FastConfig())`` switches the DiT to the
+fused kernels (``kernels="triton"``, which fuses the q/k/v weights) and then gives each chosen
+block a ``fast`` module (its FP8 weights) and ``fast_block_forward``, the fused block of
+``wan/fused.py`` with these changes, per layer as ``FastConfig`` says:
+
+=================  ==========================================  ==============================
+part               exact mode (bf16 with fp32 islands)          fast mode
+=================  ==========================================  ==============================
+q/k/v, o           bf16 GEMM                                    e4m3, per-token x per-channel
+cross q, o         bf16 GEMM                                    e4m3
+cross k/v (Lc)     bf16 GEMM                                    bf16 (512 tokens: no gain)
+FFN up, down       bf16 GEMM, GELU in the epilogue              e4m3; GELU fused into the
+                                                                down-projection's quantizer
+self-attention     SDPA (cuDNN) bf16                            INT8 QK^T, e4m3 (or bf16) PV
+cross-attention    SDPA                                         SDPA (L x 512: 2.6% of FLOPs)
+norms, modulation  fp32 (fused Triton ops)                      unchanged
+=================  ==========================================  ==============================
+
+``exact_blocks`` keeps some blocks (e.g. the first and last) on the exact path. Kernels and their
+error bounds: ``wanscope.kernels.fp8_linear`` and ``wanscope.kernels.attention_int8``. On the CPU
+both run their torch references of the same quantization, so the mode runs (and is tested)
+anywhere. ``benchmarks/fast_mode.py`` measures speed and error of each choice on the H200.
+
+Setting ``dit.kernels`` afterwards returns every block to the exact path (it resets the block
+forwards); ``exact_mode`` does that and frees the FP8 weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch.nn as nn
+import torch.nn.functional as F
+
+from wanscope.errors import UsageError
+from wanscope.wan import ranges
+from wanscope.wan.dit import WanDiT
+
+LINEARS = ("qkv", "o", "cross_q", "cross_o", "ffn_up", "ffn_down")
+
+
+@dataclass(frozen=True)
+class FastConfig:
+    """Which parts of which blocks run in low precision.
+
+    Args:
+        linears: the GEMMs run in FP8, a subset of ``LINEARS``.
+        int8_attention: self-attention through ``attention_int8`` (else the model's backend).
+        pv_fp8: the attention's P V in e4m3 (else bf16).
+        exact_blocks: block indices kept exact (negative counts from the end: ``(0, -1)``).
+        fast_accum: ``_scaled_mm`` fast accumulation (CUDA only).
+    """
+
+    linears: tuple[str, ...] = LINEARS
+    int8_attention: bool = True
+    pv_fp8: bool = True
+    exact_blocks: tuple[int, ...] = ()
+    fast_accum: bool = False
+
+    def __post_init__(self):
+        unknown = set(self.linears) - set(LINEARS)
+        if unknown:
+            raise UsageError(f"unknown fast-mode linears {sorted(unknown)}; known: {', '.join(LINEARS)}")
+
+
+def _fp8(weight, bias, **kw):
+    from wanscope.kernels.fp8_linear import FP8Linear  # imports triton: only when asked for
+
+    return FP8Linear(weight, bias, **kw)
+
+
+class FastBlock(nn.Module):
+    """One block's fast-mode state: the FP8 copies of its chosen linears (``linears``, keyed by
+    ``LINEARS`` names) and the attention choice."""
+
+    def __init__(self, block: nn.Module, cfg: FastConfig):
+        super().__init__()
+        sa, ca, ffn = block.self_attn, block.cross_attn, block.ffn
+        sources = {
+            "qkv": (sa.fused_weight, sa.fused_bias), "o": (sa.o.weight, sa.o.bias),
+            "cross_q": (ca.q.weight, ca.q.bias), "cross_o": (ca.o.weight, ca.o.bias),
+            "ffn_up": (ffn[0].weight, ffn[0].bias), "ffn_down": (ffn[2].weight, ffn[2].bias),
+        }
+        self.linears = nn.ModuleDict({
+            name: _fp8(*sources[name], gelu_input=name == "ffn_down", fast_accum=cfg.fast_accum)
+            for name in cfg.linears
+        })
+        self.int8_attention, self.pv_fp8 = cfg.int8_attention, cfg.pv_fp8
+
+
+def apply_fast_mode(dit: WanDiT, cfg: FastConfig = FastConfig()) -> WanDiT:
+    """Switch ``dit`` (weights loaded and cast) to the fast mode in place; returns it.
+
+    Raises:
+        UsageError: a sequence-parallel DiT (the INT8 attention does not go through its
+            all-to-alls), or an ``exact_blocks`` index out of range.
+    """
+    if dit.sequence_parallel is not None:
+        raise UsageError("the fast mode does not run under sequence parallelism yet")
+    n = len(dit.blocks)
+    if any(not -n <= i < n for i in cfg.exact_blocks):
+        raise UsageError(f"exact_blocks {cfg.exact_blocks} out of range for {n} blocks")
+    exact = {i % n for i in cfg.exact_blocks}
+    dit.kernels = "triton"  # fuses q/k/v and resets every block to the exact fused forward
+    for i, block in enumerate(dit.blocks):
+        if i not in exact:
+            block.fast = FastBlock(block, cfg)
+            block.fused_forward = fast_block_forward
+    return dit
+
+
+def exact_mode(dit: WanDiT) -> WanDiT:
+    """Return every block to the exact fused path and drop the FP8 weights; returns ``dit``."""
+    for block in dit.blocks:
+        if hasattr(block, "fast"):
+            del block.fast
+    dit.kernels = dit.kernels
+    return dit
+
+
+def _linear(fast: FastBlock, name: str, lin_weight, lin_bias, h):
+    """``h @ W^T + b`` through the FP8 copy when the block has one, else in the model dtype."""
+    return fast.linears[name](h) if name in fast.linears else F.linear(h, lin_weight, lin_bias)
+
+
+def _attend(attn, fast: FastBlock, q, k, v, backend):
+    if fast.int8_attention:
+        from wanscope.kernels.attention_int8 import attention_int8
+
+        return attention_int8(q, k, v, fast.pv_fp8)
+    return attn.attend(q, k, v, backend)
+
+
+def fast_block_forward(block, x, e, context, rope, backend):
+    """``fused.block_forward`` with the block's ``fast`` choices; same arguments and result."""
+    from wanscope.kernels import gated_add, norm_modulate, rms_norm_rope
+
+    fast, dtype, eps = block.fast, context.dtype, block.norm1.eps
+    sa, ca = block.self_attn, block.cross_attn
+    x = x.contiguous()
+    shift, scale, gate, c_shift, c_scale, c_gate = (block.modulation + e).unbind(1)  # [B, C] fp32
+    with ranges.named_range(ranges.SELF_ATTN):
+        h = norm_modulate(x, shift=shift, scale=scale, eps=eps, out_dtype=dtype)  # [B, L, C]
+        c, n = h.shape[-1], sa.num_heads
+        qkv = _linear(fast, "qkv", sa.fused_weight, sa.fused_bias, h)  # [B, L, 3C]
+        q = rms_norm_rope(qkv[..., :c], sa.norm_q.weight, rope, n, sa.norm_q.eps)  # [B, L, N, D]
+        k = rms_norm_rope(qkv[..., c : 2 * c], sa.norm_k.weight, rope, n, sa.norm_k.eps)
+        v = qkv[..., 2 * c :].unflatten(-1, (n, -1))  # [B, L, N, D] view
+        y = _linear(fast, "o", sa.o.weight, sa.o.bias, _attend(sa, fast, q, k, v, backend).flatten(2))
+    with ranges.named_range(ranges.CROSS_ATTN):
+        n3 = block.norm3
+        if n3 is None:
+            x = gated_add(x, y, gate)
+            h = x.to(dtype)
+        else:
+            x, h = norm_modulate(x, residual=y, gate=gate, weight=n3.weight, bias=n3.bias, eps=n3.eps,
+                                 out_dtype=dtype)
+        q = rms_norm_rope(_linear(fast, "cross_q", ca.q.weight, ca.q.bias, h), ca.norm_q.weight, None, n,
+                          ca.norm_q.eps)  # [B, L, N, D]
+        kv = F.linear(context, ca.fused_weight, ca.fused_bias)  # [B, Lc, 2C]
+        k = rms_norm_rope(kv[..., :c], ca.norm_k.weight, None, n, ca.norm_k.eps)  # [B, Lc, N, D]
+        v = kv[..., c:].unflatten(-1, (n, -1))
+        y = _linear(fast, "cross_o", ca.o.weight, ca.o.bias, ca.attend(q, k, v, backend).flatten(2))
+    with ranges.named_range(ranges.FFN):
+        x, h = norm_modulate(x, residual=y, shift=c_shift, scale=c_scale, eps=eps, out_dtype=dtype)
+        up, down = block.ffn[0], block.ffn[2]
+        hidden = _linear(fast, "ffn_up", up.weight, up.bias, h)  # [B, L, F] before GELU
+        if "ffn_down" in fast.linears:  # GELU inside the quantizer
+            y = fast.linears["ffn_down"](hidden)
+        else:
+            y = down(F.gelu(hidden, approximate="tanh"))
+        x = gated_add(x, y, c_gate)
+    return x

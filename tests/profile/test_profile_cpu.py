@@ -136,3 +136,21 @@ def test_legacy_step_lookup_one_would_sync_per_step(legacy_run):
         assert step["cpu_start_ns"] <= sync["start_ns"] < step["cpu_start_ns"] + step["cpu_dur_ns"]
         assert 0 < sync["wait_ns"] < step["cpu_dur_ns"]
     assert r.stdout.count("│ would_sync") == 2  # rows of the syncs table
+
+
+def test_ctrl_c_leaves_no_partial_file(tmp_path):
+    """SIGINT once the text encoder is done (the DiT loads, steps run or the trace is written):
+    exit 130 with one line, and nothing half-written in --out."""
+    import signal
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "wanscope", *TINY, "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if line.startswith("text encoding:"):
+            proc.send_signal(signal.SIGINT)
+            break
+    rest = proc.stderr.read()
+    assert proc.wait() == 130, rest
+    assert rest.splitlines()[-1] == "wanscope: aborted" and "Traceback" not in rest  # click's Abort
+    assert [p.name for p in out.iterdir()] == []

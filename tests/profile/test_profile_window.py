@@ -31,7 +31,6 @@ def test_only_the_profiled_steps_are_traced(tmp_path):
     trace = tmp_path / "trace.json.gz"
     window = KinetoWindow(trace, warmup=2, profile_steps=2, cuda=False, metadata={"random_weights": True})
     fake_steps(window, 5)  # one more step after the window: not traced either
-    assert window.written
     doc = json.load(gzip.open(trace, "rt"))
     steps = sorted(e["name"] for e in doc["traceEvents"] if e.get("name", "").startswith("wanscope/step#"))
     assert steps == ["wanscope/step#2", "wanscope/step#3"]
@@ -44,5 +43,4 @@ def test_interrupted_window_writes_nothing(tmp_path, fail_at):
     window = KinetoWindow(tmp_path / "trace.json.gz", warmup=2, profile_steps=2, cuda=False, metadata={})
     with pytest.raises(KeyboardInterrupt):
         fake_steps(window, 4, fail_at=fail_at)
-    assert not window.written
     assert list(tmp_path.iterdir()) == []

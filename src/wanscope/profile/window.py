@@ -45,7 +45,6 @@ class KinetoWindow:
         self.last = warmup + profile_steps - 1
         self.cuda = cuda
         self.metadata = metadata
-        self.written = False
         self._complete = False
         activities = [torch.profiler.ProfilerActivity.CPU]
         if cuda:
@@ -88,7 +87,6 @@ class KinetoWindow:
         except BaseException:
             os.unlink(tmp)
             raise
-        self.written = True
 
 
 class CudaProfilerWindow:

@@ -79,13 +79,12 @@ def nbytes(*tensors) -> int:
 
 def max_err(out, ref) -> tuple[float, float]:
     """(max abs error, tolerance = one ulp of out's dtype at max|ref|)."""
-    out, ref = (o.double() for o in (out if isinstance(out, tuple) else (out,))), \
-        (r.double() for r in (ref if isinstance(ref, tuple) else (ref,)))
+    outs = out if isinstance(out, tuple) else (out,)
+    refs = ref if isinstance(ref, tuple) else (ref,)
     errs, tols = [], []
-    for o, r in zip(out, ref):
-        errs.append((o - r).abs().max().item())
-        tols.append(torch.finfo(torch.bfloat16 if o.dtype != torch.float64 else torch.float32).eps
-                    * r.abs().max().item())
+    for o, r in zip(outs, refs):
+        errs.append((o.double() - r.double()).abs().max().item())
+        tols.append(torch.finfo(o.dtype).eps * r.double().abs().max().item())
     return max(errs), min(tols)
 
 

@@ -108,5 +108,7 @@ def test_cuda_gelu_epilogue_is_tanh():
     lin = torch.nn.Linear(64, 512).cuda()
     lin.bias.data.copy_(torch.linspace(-5, 5, 512, device="cuda"))
     out = linear_gelu_tanh(torch.zeros(128, 64, device="cuda"), lin)
-    torch.testing.assert_close(out, torch.nn.functional.gelu(lin.bias, approximate="tanh").expand_as(out),
-                               rtol=1e-6, atol=1e-6)
+    tanh_err = (out - torch.nn.functional.gelu(lin.bias, approximate="tanh")).abs().max().item()
+    erf_err = (out - torch.nn.functional.gelu(lin.bias)).abs().max().item()
+    # Measured on the H200 (cuBLASLt, torch 2.11): 4.8e-6 from tanh-GELU, 4.7e-4 from erf-GELU.
+    assert tanh_err <= 1e-5 and erf_err >= 20 * tanh_err, (tanh_err, erf_err)

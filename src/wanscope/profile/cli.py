@@ -20,7 +20,8 @@ from wanscope.profile import options as defaults
 from wanscope.wan.config import PRESETS
 
 
-def _child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
+def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
+    """``python -m wanscope profile`` with ``opts`` in the hidden child ``role`` (nsys or ncu)."""
     return [sys.executable, "-m", "wanscope", "profile", *opts.cli_args(), "--out", str(out_dir),
             "--child", role, *extra]
 
@@ -79,7 +80,7 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
 
         check_dit(detect_layout(checkpoint).dit)  # a bad checkpoint fails before any model runs
     if child:
-        _run_child(opts, child, run_info)
+        run_child(opts, child, run_info)
         return
     if compare_compile:
         from wanscope.profile.compare import check
@@ -141,7 +142,7 @@ def _capture_nsys(opts, nsys_exe: str, out_dir: Path) -> tuple[list[Path], dict]
     fd, info = tempfile.mkstemp(prefix=".run-info-", suffix=".json", dir=out_dir)
     os.close(fd)
     try:
-        _rep, sqlite = nsys.capture(nsys_exe, out_dir, _child_argv(opts, out_dir, "nsys", "--run-info", info))
+        _rep, sqlite = nsys.capture(nsys_exe, out_dir, child_argv(opts, out_dir, "nsys", "--run-info", info))
         run = json.loads(Path(info).read_text())
     finally:
         os.unlink(info)
@@ -155,7 +156,7 @@ def _capture_ncu(opts, out_dir: Path, result: dict) -> None:
     from wanscope.profile.ncu import capture_attention
     from wanscope.report.write import write_atomic
 
-    child = _child_argv(opts.with_steps(0, 1), out_dir, "ncu")
+    child = child_argv(opts.with_steps(0, 1), out_dir, "ncu")
     files, diagnoses = capture_attention(child, opts.attention, out_dir)
     result["ncu"] = {"report": str(files.report), "details_csv": str(files.details_csv),
                      "raw_csv": str(files.raw_csv), "kernels": [d.to_json() for d in diagnoses]}
@@ -164,7 +165,7 @@ def _capture_ncu(opts, out_dir: Path, result: dict) -> None:
     click.echo(f"wrote {files.report}, {files.details_csv}, {files.raw_csv}; report.json has them under 'ncu'")
 
 
-def _run_child(opts, role: str, run_info: Path | None) -> None:
+def run_child(opts, role: str, run_info: Path | None) -> None:
     """The profile inside nsys or ncu: the window is cudaProfilerStart/Stop, no torch.profiler.
     Under ncu (which profiles from the start by default, filtered by kernel name) only the DiT
     runs attention kernels and the VAE is skipped."""

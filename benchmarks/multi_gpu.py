@@ -1,0 +1,341 @@
+"""Multi-GPU denoising steps: one GPU vs ``--parallel cfg`` vs ``--parallel ulysses`` (issue 10),
+and diffusers' own context parallelism (``ContextParallelConfig(ulysses_degree=2)``), all in one
+run.
+
+Default: Wan2.1 1.3B at 832x480x81 (latents [1, 16, 21, 60, 104], L = 32,760 tokens), random
+weights, bf16, sdpa attention, 512 text tokens (random text states: the text encoder is not
+part of a step). A step is what one iteration of the denoising loop costs: both CFG branches
+(two DiT forwards, cond and uncond) plus, for ours, the UniPC update. Cases, each in its own
+process group started with ``python -m torch.distributed.run``:
+
+- ``ours_1gpu``: ``wanscope.wan.pipeline.denoise`` on one GPU (the baseline);
+- ``ours_cfg``: the same on 2 GPUs, one CFG branch per GPU, one all-gather per step;
+- ``ours_ulysses``: the same on 2 GPUs, half the tokens per GPU, all-to-alls around attention;
+- ``diffusers_1gpu``: diffusers' ``WanTransformer3DModel``, two forwards per step;
+- ``diffusers_ulysses``: the same with ``enable_parallelism(ContextParallelConfig(ulysses_degree=2))``.
+
+Each case runs ``--warmup`` steps, then ``--steps`` steps, each timed on rank 0 with CUDA events
+recorded between steps (the loop never waits on the host, so events time the GPU's steps); the
+median is reported with min and max, and the peak memory of rank 0. Our parallel cases' final
+latents are compared with ``ours_1gpu`` (relative L2 error; CFG parallel should be exactly equal,
+Ulysses differs by bf16 rounding order). A case that fails is recorded with its error (last line)
+and the run goes on. NCCL_NVLS_ENABLE=0 and TORCH_SYMM_MEM_DISABLE_MULTICAST=1 are set for every
+case: NVLink multicast is off on the lent machines (device KINDS.md).
+
+Prints a table, writes ``--out`` (JSON: ``cases`` and ``speedups``), ends with one line of JSON.
+``--smoke`` runs the same code on the tiny preset on the CPU (gloo); diffusers' context
+parallelism needs an accelerator and is recorded as failed there.
+
+On 2x H200 (device tool, kind nvidia-h200-x2, Python 3.12, torch 2.11; the diffusers wheel
+carried in ``.whl/``; wanscope from ``src/`` without an install; about 3 minutes)::
+
+    export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/diffusers-*.whl
+    export PYTHONPATH=/tmp/site:$PWD/src
+    timeout 560 python3 benchmarks/multi_gpu.py --out "$OUT/multi_gpu.json"
+
+CPU smoke test (about a minute on 2 cores)::
+
+    python benchmarks/multi_gpu.py --smoke --out /tmp/multi_gpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+SRC = Path(__file__).resolve().parents[1] / "src"
+sys.path.insert(0, str(SRC))  # run from a plain checkout: no install of wanscope needed
+
+GIB = 2**30
+# name -> (processes, implementation, --parallel mode)
+CASES = {
+    "ours_1gpu": (1, "ours", None),
+    "ours_cfg": (2, "ours", "cfg"),
+    "ours_ulysses": (2, "ours", "ulysses"),
+    "diffusers_1gpu": (1, "diffusers", None),
+    "diffusers_ulysses": (2, "diffusers", "ulysses"),
+}
+# issue 10: per-step speedup over one GPU, for each of our parallel modes on 2 GPUs
+GOAL_SPEEDUP = 1.9
+GOALS = ("ours cfg vs ours 1 GPU", "ours ulysses vs ours 1 GPU")
+# speedup name -> (baseline case, case)
+SPEEDUPS = {
+    "ours cfg vs ours 1 GPU": ("ours_1gpu", "ours_cfg"),
+    "ours ulysses vs ours 1 GPU": ("ours_1gpu", "ours_ulysses"),
+    "diffusers ulysses vs diffusers 1 GPU": ("diffusers_1gpu", "diffusers_ulysses"),
+    "ours cfg vs diffusers ulysses": ("diffusers_ulysses", "ours_cfg"),
+    "ours ulysses vs diffusers ulysses": ("diffusers_ulysses", "ours_ulysses"),
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", default="wan2.1-t2v-1.3b")
+    p.add_argument("--size", default="832x480", help="WIDTHxHEIGHT")
+    p.add_argument("--frames", type=int, default=81)
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (cuDNN plans, allocator, NCCL setup)")
+    p.add_argument("--steps", type=int, default=5, help="timed steps")
+    p.add_argument("--kernels", choices=["torch", "triton"], default="torch", help="our DiT's block kernels")
+    p.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ", ".join(CASES))
+    p.add_argument("--case-timeout", type=int, default=300, help="seconds per case")
+    p.add_argument("--smoke", action="store_true", help="tiny preset at 64x48x5 on the CPU (gloo)")
+    p.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    p.add_argument("--case", help=argparse.SUPPRESS)  # internal: run one case as a torchrun worker
+    p.add_argument("--work", type=Path, help=argparse.SUPPRESS)  # internal: where the worker writes
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.preset, args.size, args.frames = "tiny", "64x48", 5
+    return args
+
+
+# ---------------------------------------------------------------- worker side (one rank)
+
+class _Clock:
+    """Step ends: CUDA events on a GPU (recording one is no host sync), host time on the CPU."""
+
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+        self.marks: list = []
+
+    def mark(self):
+        import torch
+
+        if self.cuda:
+            self.marks.append(torch.cuda.Event(enable_timing=True))
+            self.marks[-1].record()
+        else:
+            self.marks.append(time.perf_counter())
+
+    def step_ms(self) -> list[float]:
+        """Milliseconds between consecutive marks (on a GPU, after waiting for the last)."""
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+            return [a.elapsed_time(b) for a, b in zip(self.marks, self.marks[1:])]
+        return [1000 * (b - a) for a, b in zip(self.marks, self.marks[1:])]
+
+
+def _inputs(cfg, height, width, frames, device, dtype):
+    """Seeded text states (cond, uncond [1, Lc, text_dim]) and noise [1, C, F, H, W], equal on
+    every rank."""
+    import torch
+
+    from wanscope.wan.pipeline import initial_noise, latent_shape
+
+    g = torch.Generator().manual_seed(0)
+    cond = torch.randn(1, cfg.dit.text_len, cfg.dit.text_dim, generator=g).to(device, dtype)
+    uncond = torch.randn(1, cfg.dit.text_len, cfg.dit.text_dim, generator=g).to(device, dtype)
+    return cond, uncond, initial_noise(latent_shape(cfg, height, width, frames), 0, device)
+
+
+def _peak(device) -> int | None:
+    import torch
+
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+
+
+def run_ours(args, mode, height, width) -> dict:
+    import torch
+
+    from wanscope.parallel import setup_from_env, shard_dit
+    from wanscope.wan.config import get_preset
+    from wanscope.wan.pipeline import Components, denoise
+    from wanscope.wan.sampler import FlowSampler, flow_schedule
+
+    cfg = get_preset(args.preset)
+    device_type = "cpu" if args.smoke else "cuda"
+    dtype = torch.float32 if args.smoke else torch.bfloat16
+    ctx = setup_from_env(mode, device_type, num_heads=cfg.dit.num_heads) if mode else None
+    device = ctx.device if ctx else torch.device(device_type)
+    with ctx or contextlib.nullcontext():
+        dit = Components(config=cfg, device=device, dtype=dtype).dit()  # seeded: equal weights on every rank
+        dit.kernels = args.kernels
+        if ctx:
+            shard_dit(ctx, dit)
+        cond, uncond, latents = _inputs(cfg, height, width, args.frames, device, dtype)
+        total = args.warmup + args.steps
+        # the real 50-step schedule (longer in a smoke run with more steps than the tiny preset's 4)
+        sampler = FlowSampler(flow_schedule(max(cfg.sampling.steps, total), cfg.sampling.shift))
+        clock = _Clock(device)
+        clock.mark()
+        latents = denoise(dit, latents, cond, uncond, sampler, cfg.sampling.guidance, stop=total,
+                          on_step=lambda i, _x: clock.mark(), parallel=ctx)
+        step_ms = clock.step_ms()[args.warmup:]
+        rank = ctx.rank if ctx else 0
+        if rank == 0:
+            torch.save(latents.cpu(), args.work / "latents.pt")
+        return {"rank": rank, "step_ms": step_ms, "peak_memory_bytes": _peak(device)}
+
+
+def run_diffusers(args, mode, height, width) -> dict:
+    import torch
+    import torch.distributed as dist
+    from diffusers import WanTransformer3DModel
+
+    from wanscope.wan.config import get_preset
+
+    cfg = get_preset(args.preset)
+    d = cfg.dit
+    if args.smoke:
+        device, dtype = torch.device("cpu"), torch.float32
+    else:
+        device, dtype = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))), torch.bfloat16
+        torch.cuda.set_device(device)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = WanTransformer3DModel(
+            patch_size=d.patch_size, num_attention_heads=d.num_heads, attention_head_dim=d.head_dim,
+            in_channels=d.in_channels, out_channels=d.out_channels, text_dim=d.text_dim, freq_dim=d.freq_dim,
+            ffn_dim=d.ffn_dim, num_layers=d.num_layers, cross_attn_norm=d.cross_attn_norm,
+            qk_norm="rms_norm_across_heads", eps=d.eps,
+        )
+    model = model.to(dtype).eval().requires_grad_(False)
+    rank = 0
+    if mode == "ulysses":
+        from diffusers import ContextParallelConfig
+
+        dist.init_process_group("gloo" if args.smoke else "nccl", device_id=None if args.smoke else device)
+        rank = dist.get_rank()
+        model.enable_parallelism(config=ContextParallelConfig(ulysses_degree=dist.get_world_size()))
+    cond, uncond, latents = _inputs(cfg, height, width, args.frames, device, dtype)
+    latents = latents.to(dtype)
+    t = torch.tensor([999.0], device=device)
+    clock = _Clock(device)
+    try:
+        with torch.no_grad():
+            clock.mark()
+            for _ in range(args.warmup + args.steps):
+                for context in (cond, uncond):
+                    model(hidden_states=latents, timestep=t, encoder_hidden_states=context, return_dict=False)
+                clock.mark()
+        return {"rank": rank, "step_ms": clock.step_ms()[args.warmup:], "peak_memory_bytes": _peak(device)}
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def worker(args) -> None:
+    """One rank of one case; rank 0 writes ``result.json`` into ``--work``."""
+    _procs, impl, mode = CASES[args.case]
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    result = (run_ours if impl == "ours" else run_diffusers)(args, mode, height, width)
+    if result["rank"] == 0:
+        (args.work / "result.json").write_text(json.dumps(result))
+
+
+# ---------------------------------------------------------------- driver side
+
+def run_case(args, name: str, work: Path) -> dict:
+    procs, impl, mode = CASES[name]
+    work.mkdir(parents=True, exist_ok=True)
+    passthrough = ["--preset", args.preset, "--size", args.size, "--frames", str(args.frames),
+                   "--warmup", str(args.warmup), "--steps", str(args.steps), "--kernels", args.kernels,
+                   "--out", str(args.out), "--case", name, "--work", str(work)] + (["--smoke"] if args.smoke else [])
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs),
+           __file__, *passthrough]
+    row = {"case": name, "implementation": impl, "parallel": mode, "gpus": procs}
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.case_timeout)
+    except subprocess.TimeoutExpired:
+        return {**row, "error": f"timed out after {args.case_timeout} s"}
+    if r.returncode != 0 or not (work / "result.json").exists():
+        # the worker's exception ("ValueError: ...", "[rank0]: ValueError: ..."), else the last line
+        lines = [ln for ln in r.stderr.splitlines() if re.match(r"(\[rank\d+\]: )?\w+(Error|Exception)\b", ln)]
+        lines = lines or [ln for ln in r.stderr.splitlines() if ln.strip()] or [f"exit code {r.returncode}"]
+        return {**row, "error": lines[-1][:500]}
+    res = json.loads((work / "result.json").read_text())
+    ms = res["step_ms"]
+    return {**row, "step_ms_median": round(statistics.median(ms), 3), "step_ms_min": round(min(ms), 3),
+            "step_ms_max": round(max(ms), 3), "step_ms": [round(v, 3) for v in ms],
+            "peak_memory_gib": None if res["peak_memory_bytes"] is None else round(res["peak_memory_bytes"] / GIB, 3)}
+
+
+def rel_l2(a, b) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm())
+
+
+def main(args) -> dict:
+    import torch
+
+    names = [n.strip() for n in args.cases.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        raise SystemExit(f"unknown case(s) {unknown}; known: {', '.join(CASES)}")
+    work = Path(tempfile.mkdtemp(prefix="wanscope-multi-gpu-"))
+    rows = []
+    for name in names:
+        row = run_case(args, name, work / name)
+        rows.append(row)
+        print(f"{name}: " + (row.get("error") or f"{row['step_ms_median']} ms/step"), file=sys.stderr, flush=True)
+    base = work / "ours_1gpu" / "latents.pt"
+    for row in rows:
+        mine = work / row["case"] / "latents.pt"
+        if row["implementation"] == "ours" and row["parallel"] and base.exists() and mine.exists():
+            row["rel_l2_vs_ours_1gpu"] = rel_l2(torch.load(mine), torch.load(base))
+    by = {r["case"]: r for r in rows}
+    speedups = {k: round(by[a]["step_ms_median"] / by[b]["step_ms_median"], 3)
+                for k, (a, b) in SPEEDUPS.items()
+                if "step_ms_median" in by.get(a, {}) and "step_ms_median" in by.get(b, {})}
+    result = {
+        "benchmark": "multi_gpu", "preset": args.preset, "size": args.size, "frames": args.frames,
+        "warmup_steps": args.warmup, "timed_steps": args.steps, "kernels": args.kernels, "smoke": args.smoke,
+        "torch": torch.__version__, "cuda_devices": torch.cuda.device_count(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "env": {k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")},
+        "cases": rows, "speedups": speedups,
+    }
+    try:
+        import diffusers
+
+        result["diffusers"] = diffusers.__version__
+    except ImportError:
+        result["diffusers"] = None
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    tmp.replace(args.out)
+    print_table(result)
+    print(json.dumps(result))
+    return result
+
+
+def print_table(result: dict) -> None:
+    print(f"\n{result['preset']} {result['size']}x{result['frames']}, {result['timed_steps']} timed steps after "
+          f"{result['warmup_steps']} warm-up; {result['gpu'] or 'CPU'}, torch {result['torch']}, "
+          f"diffusers {result['diffusers']}")
+    header = f"{'case':<20} {'GPUs':>4} {'median ms/step':>15} {'min':>10} {'max':>10} {'peak GiB':>9} {'rel L2 vs 1 GPU':>16}"
+    print(header)
+    print("-" * len(header))
+    for r in result["cases"]:
+        if "error" in r:
+            print(f"{r['case']:<20} {r['gpus']:>4} failed: {r['error']}")
+            continue
+        rel = r.get("rel_l2_vs_ours_1gpu")
+        print(f"{r['case']:<20} {r['gpus']:>4} {r['step_ms_median']:>15,.1f} {r['step_ms_min']:>10,.1f} "
+              f"{r['step_ms_max']:>10,.1f} {r['peak_memory_gib'] if r['peak_memory_gib'] is not None else '-':>9} "
+              f"{'-' if rel is None else f'{rel:.2e}':>16}")
+    for k, v in result["speedups"].items():
+        goal = f" (goal >= {GOAL_SPEEDUP}x: {'met' if v >= GOAL_SPEEDUP else 'NOT met'})" if k in GOALS else ""
+        print(f"speedup, {k}: {v:.3f}x{goal}")
+
+
+if __name__ == "__main__":
+    _args = parse_args()
+    if _args.case:
+        worker(_args)
+    else:
+        main(_args)

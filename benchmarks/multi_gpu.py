@@ -9,10 +9,14 @@ part of a step). A step is what one iteration of the denoising loop costs: both 
 process group started with ``python -m torch.distributed.run``:
 
 - ``ours_1gpu``: ``wanscope.wan.pipeline.denoise`` on one GPU (the baseline);
-- ``ours_cfg``: the same on 2 GPUs, one CFG branch per GPU, one all-gather per step;
-- ``ours_ulysses``: the same on 2 GPUs, half the tokens per GPU, all-to-alls around attention;
+- ``ours_cfg_2gpu``: the same on 2 GPUs, one CFG branch per GPU, one all-gather per step;
+- ``ours_ulysses_Ngpu``: N GPUs, 1/N of the tokens per GPU, all-to-alls around attention;
+- ``ours_cfg+ulysses_Ngpu`` (N >= 4): 2 CFG branches x Ulysses over N/2;
 - ``diffusers_1gpu``: diffusers' ``WanTransformer3DModel``, two forwards per step;
-- ``diffusers_ulysses``: the same with ``enable_parallelism(ContextParallelConfig(ulysses_degree=2))``.
+- ``diffusers_ulysses_Ngpu``: the same with ``enable_parallelism(ContextParallelConfig(ulysses_degree=N))``.
+
+``--gpus 1,2`` (default) plans the 2-GPU cases; ``--gpus 1,2,4,8`` the scaling runs of issue 11
+(Ulysses only where the 12 heads divide: not over 8; ``plan_cases``). ``--only`` picks cases.
 
 Each case runs ``--warmup`` steps, then ``--steps`` steps, each timed on rank 0 with CUDA events
 recorded between steps (the loop never waits on the host, so events time the GPU's steps); the
@@ -22,7 +26,9 @@ Ulysses differs by bf16 rounding order). A case that fails is recorded with its 
 and the run goes on. NCCL_NVLS_ENABLE=0 and TORCH_SYMM_MEM_DISABLE_MULTICAST=1 are set for every
 case: NVLink multicast is off on the lent machines (device KINDS.md).
 
-Prints a table, writes ``--out`` (JSON: ``cases`` and ``speedups``), ends with one line of JSON.
+Prints a table (speedup and scaling efficiency over the same implementation on one GPU, ours
+against diffusers on as many GPUs, the goals of issues 10 and 11), writes ``--out`` (JSON: one
+row per case in ``cases``), ends with one line of JSON.
 ``--smoke`` runs the same code on the tiny preset on the CPU (gloo); diffusers' context
 parallelism needs an accelerator and is recorded as failed there.
 
@@ -33,6 +39,9 @@ carried in ``.whl/``; wanscope from ``src/`` without an install; about 3 minutes
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/diffusers-*.whl
     export PYTHONPATH=/tmp/site:$PWD/src
     timeout 560 python3 benchmarks/multi_gpu.py --out "$OUT/multi_gpu.json"
+
+On 4 or 8 GPUs (kinds nvidia-h200-x4/-x8, when lent): ``--gpus 1,2,4`` or ``--gpus 1,2,4,8``
+(split with ``--only`` if the cases do not fit in one 10-minute call).
 
 CPU smoke test (about a minute on 2 cores)::
 
@@ -59,25 +68,29 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))  # run from a plain checkout: no install of wanscope needed
 
 GIB = 2**30
-# name -> (processes, implementation, --parallel mode)
-CASES = {
-    "ours_1gpu": (1, "ours", None),
-    "ours_cfg": (2, "ours", "cfg"),
-    "ours_ulysses": (2, "ours", "ulysses"),
-    "diffusers_1gpu": (1, "diffusers", None),
-    "diffusers_ulysses": (2, "diffusers", "ulysses"),
-}
-# issue 10: per-step speedup over one GPU, for each of our parallel modes on 2 GPUs
-GOAL_SPEEDUP = 1.9
-GOALS = ("ours cfg vs ours 1 GPU", "ours ulysses vs ours 1 GPU")
-# speedup name -> (baseline case, case)
-SPEEDUPS = {
-    "ours cfg vs ours 1 GPU": ("ours_1gpu", "ours_cfg"),
-    "ours ulysses vs ours 1 GPU": ("ours_1gpu", "ours_ulysses"),
-    "diffusers ulysses vs diffusers 1 GPU": ("diffusers_1gpu", "diffusers_ulysses"),
-    "ours cfg vs diffusers ulysses": ("diffusers_ulysses", "ours_cfg"),
-    "ours ulysses vs diffusers ulysses": ("diffusers_ulysses", "ours_ulysses"),
-}
+# per-step speedup over one GPU that issues 10 (2 GPUs) and 11 (4 and 8 GPUs) ask of ours
+GOALS = {2: 1.9, 4: 3.4, 8: 6.0}
+
+
+def plan_cases(gpu_counts: list[int], num_heads: int) -> dict[str, tuple[int, str, str | None]]:
+    """name -> (processes, implementation, --parallel mode) for each GPU count: on 1 GPU ours and
+    diffusers; on 2, CFG parallel; on N, Ulysses over N where the heads divide N, CFG x Ulysses
+    (2 x N/2) from 4 GPUs where they divide N/2, and diffusers' Ulysses over N where they divide N."""
+    cases: dict[str, tuple[int, str, str | None]] = {}
+    for n in gpu_counts:
+        if n == 1:
+            cases["ours_1gpu"] = (1, "ours", None)
+            cases["diffusers_1gpu"] = (1, "diffusers", None)
+            continue
+        if n == 2:
+            cases["ours_cfg_2gpu"] = (2, "ours", "cfg")
+        if num_heads % n == 0:
+            cases[f"ours_ulysses_{n}gpu"] = (n, "ours", "ulysses")
+        if n >= 4 and n % 2 == 0 and num_heads % (n // 2) == 0:
+            cases[f"ours_cfg+ulysses_{n}gpu"] = (n, "ours", "cfg+ulysses")
+        if num_heads % n == 0:
+            cases[f"diffusers_ulysses_{n}gpu"] = (n, "diffusers", "ulysses")
+    return cases
 
 
 def parse_args(argv=None):
@@ -88,11 +101,14 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first (cuDNN plans, allocator, NCCL setup)")
     p.add_argument("--steps", type=int, default=5, help="timed steps")
     p.add_argument("--kernels", choices=["torch", "triton"], default="torch", help="our DiT's block kernels")
-    p.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ", ".join(CASES))
+    p.add_argument("--gpus", default="1,2", help="comma-separated GPU counts (see plan_cases)")
+    p.add_argument("--only", help="comma-separated subset of the planned case names")
     p.add_argument("--case-timeout", type=int, default=300, help="seconds per case")
     p.add_argument("--smoke", action="store_true", help="tiny preset at 64x48x5 on the CPU (gloo)")
     p.add_argument("--out", type=Path, required=True, help="JSON file to write")
     p.add_argument("--case", help=argparse.SUPPRESS)  # internal: run one case as a torchrun worker
+    p.add_argument("--impl", help=argparse.SUPPRESS)
+    p.add_argument("--mode", help=argparse.SUPPRESS)
     p.add_argument("--work", type=Path, help=argparse.SUPPRESS)  # internal: where the worker writes
     args = p.parse_args(argv)
     if args.smoke:
@@ -229,21 +245,20 @@ def run_diffusers(args, mode, height, width) -> dict:
 
 def worker(args) -> None:
     """One rank of one case; rank 0 writes ``result.json`` into ``--work``."""
-    _procs, impl, mode = CASES[args.case]
     width, height = (int(v) for v in args.size.lower().split("x"))
-    result = (run_ours if impl == "ours" else run_diffusers)(args, mode, height, width)
+    result = (run_ours if args.impl == "ours" else run_diffusers)(args, args.mode or None, height, width)
     if result["rank"] == 0:
         (args.work / "result.json").write_text(json.dumps(result))
 
 
 # ---------------------------------------------------------------- driver side
 
-def run_case(args, name: str, work: Path) -> dict:
-    procs, impl, mode = CASES[name]
+def run_case(args, name: str, procs: int, impl: str, mode: str | None, work: Path) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     passthrough = ["--preset", args.preset, "--size", args.size, "--frames", str(args.frames),
                    "--warmup", str(args.warmup), "--steps", str(args.steps), "--kernels", args.kernels,
-                   "--out", str(args.out), "--case", name, "--work", str(work)] + (["--smoke"] if args.smoke else [])
+                   "--out", str(args.out), "--case", name, "--impl", impl, "--mode", mode or "",
+                   "--work", str(work)] + (["--smoke"] if args.smoke else [])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs),
            __file__, *passthrough]
     row = {"case": name, "implementation": impl, "parallel": mode, "gpus": procs}
@@ -271,32 +286,41 @@ def rel_l2(a, b) -> float:
 def main(args) -> dict:
     import torch
 
-    names = [n.strip() for n in args.cases.split(",") if n.strip()]
-    unknown = [n for n in names if n not in CASES]
-    if unknown:
-        raise SystemExit(f"unknown case(s) {unknown}; known: {', '.join(CASES)}")
+    from wanscope.wan.config import get_preset
+
+    cases = plan_cases([int(n) for n in args.gpus.split(",")], get_preset(args.preset).dit.num_heads)
+    if args.only:
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = [n for n in names if n not in cases]
+        if unknown:
+            raise SystemExit(f"unknown case(s) {unknown}; planned: {', '.join(cases)}")
+        cases = {n: cases[n] for n in names}
     work = Path(tempfile.mkdtemp(prefix="wanscope-multi-gpu-"))
     rows = []
-    for name in names:
-        row = run_case(args, name, work / name)
+    for name, (procs, impl, mode) in cases.items():
+        row = run_case(args, name, procs, impl, mode, work / name)
         rows.append(row)
         print(f"{name}: " + (row.get("error") or f"{row['step_ms_median']} ms/step"), file=sys.stderr, flush=True)
+    by = {r["case"]: r for r in rows}
     base = work / "ours_1gpu" / "latents.pt"
     for row in rows:
+        one = by.get(f"{row['implementation']}_1gpu", {})
+        if row["gpus"] > 1 and "step_ms_median" in row and "step_ms_median" in one:
+            row["speedup_vs_1gpu"] = round(one["step_ms_median"] / row["step_ms_median"], 3)
+            row["efficiency_pct"] = round(100 * row["speedup_vs_1gpu"] / row["gpus"], 1)
+        theirs = by.get(f"diffusers_ulysses_{row['gpus']}gpu", {})
+        if row["implementation"] == "ours" and "step_ms_median" in row and "step_ms_median" in theirs:
+            row["speedup_vs_diffusers_ulysses"] = round(theirs["step_ms_median"] / row["step_ms_median"], 3)
         mine = work / row["case"] / "latents.pt"
         if row["implementation"] == "ours" and row["parallel"] and base.exists() and mine.exists():
             row["rel_l2_vs_ours_1gpu"] = rel_l2(torch.load(mine), torch.load(base))
-    by = {r["case"]: r for r in rows}
-    speedups = {k: round(by[a]["step_ms_median"] / by[b]["step_ms_median"], 3)
-                for k, (a, b) in SPEEDUPS.items()
-                if "step_ms_median" in by.get(a, {}) and "step_ms_median" in by.get(b, {})}
     result = {
         "benchmark": "multi_gpu", "preset": args.preset, "size": args.size, "frames": args.frames,
         "warmup_steps": args.warmup, "timed_steps": args.steps, "kernels": args.kernels, "smoke": args.smoke,
         "torch": torch.__version__, "cuda_devices": torch.cuda.device_count(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "env": {k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")},
-        "cases": rows, "speedups": speedups,
+        "goals": {f"{n}gpu": g for n, g in GOALS.items()}, "cases": rows,
     }
     try:
         import diffusers
@@ -317,20 +341,27 @@ def print_table(result: dict) -> None:
     print(f"\n{result['preset']} {result['size']}x{result['frames']}, {result['timed_steps']} timed steps after "
           f"{result['warmup_steps']} warm-up; {result['gpu'] or 'CPU'}, torch {result['torch']}, "
           f"diffusers {result['diffusers']}")
-    header = f"{'case':<20} {'GPUs':>4} {'median ms/step':>15} {'min':>10} {'max':>10} {'peak GiB':>9} {'rel L2 vs 1 GPU':>16}"
+    header = (f"{'case':<26} {'GPUs':>4} {'median ms/step':>15} {'min':>9} {'max':>9} {'speedup':>8} "
+              f"{'eff. %':>7} {'vs diffusers':>12} {'peak GiB':>9} {'rel L2 vs 1 GPU':>16}")
     print(header)
     print("-" * len(header))
+
+    def cell(row, key, fmt):
+        return "-" if row.get(key) is None else format(row[key], fmt)
+
     for r in result["cases"]:
         if "error" in r:
-            print(f"{r['case']:<20} {r['gpus']:>4} failed: {r['error']}")
+            print(f"{r['case']:<26} {r['gpus']:>4} failed: {r['error']}")
             continue
-        rel = r.get("rel_l2_vs_ours_1gpu")
-        print(f"{r['case']:<20} {r['gpus']:>4} {r['step_ms_median']:>15,.1f} {r['step_ms_min']:>10,.1f} "
-              f"{r['step_ms_max']:>10,.1f} {r['peak_memory_gib'] if r['peak_memory_gib'] is not None else '-':>9} "
-              f"{'-' if rel is None else f'{rel:.2e}':>16}")
-    for k, v in result["speedups"].items():
-        goal = f" (goal >= {GOAL_SPEEDUP}x: {'met' if v >= GOAL_SPEEDUP else 'NOT met'})" if k in GOALS else ""
-        print(f"speedup, {k}: {v:.3f}x{goal}")
+        print(f"{r['case']:<26} {r['gpus']:>4} {r['step_ms_median']:>15,.1f} {r['step_ms_min']:>9,.1f} "
+              f"{r['step_ms_max']:>9,.1f} {cell(r, 'speedup_vs_1gpu', '.3f'):>8} {cell(r, 'efficiency_pct', '.1f'):>7} "
+              f"{cell(r, 'speedup_vs_diffusers_ulysses', '.3f'):>12} {cell(r, 'peak_memory_gib', '.2f'):>9} "
+              f"{cell(r, 'rel_l2_vs_ours_1gpu', '.2e'):>16}")
+    for r in result["cases"]:
+        goal = GOALS.get(r["gpus"])
+        if r["implementation"] == "ours" and goal and r.get("speedup_vs_1gpu") is not None:
+            verdict = "met" if r["speedup_vs_1gpu"] >= goal else "NOT met"
+            print(f"goal {r['case']}: >= {goal}x over one GPU: {r['speedup_vs_1gpu']:.3f}x, {verdict}")
 
 
 if __name__ == "__main__":

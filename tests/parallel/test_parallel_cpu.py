@@ -31,8 +31,8 @@ def reference():
     return denoise(dit, noise, cond, uncond, FlowSampler(flow_schedule(STEPS, 5.0)), GUIDANCE)
 
 
-def run_worker(mode, out_dir):
-    results = run_ranks([str(HERE / "parallel_worker.py"), mode, str(out_dir)], 2, module=None, timeout_s=180)
+def run_worker(mode, out_dir, world_size=2):
+    results = run_ranks([str(HERE / "parallel_worker.py"), mode, str(out_dir)], world_size, module=None, timeout_s=180)
     for code, err in results:
         assert code == 0, err
     return torch.load(out_dir / "latents.pt"), open_traces([out_dir])
@@ -108,6 +108,23 @@ def test_ulysses_equals_single_process_and_shards_tokens_and_heads(tmp_path, ref
     assert counts == [(r, name, n) for r in (0, 1) for name, n in (
         ("wanscope/parallel/ulysses_gather", 2 * STEPS), ("wanscope/parallel/ulysses_out", blocks),
         ("wanscope/parallel/ulysses_qkv", blocks))]
+
+
+def test_cfg_times_ulysses_on_4_processes(tmp_path, reference):
+    """The 2 x 2 grid of issue 11: ranks 0, 1 run the cond branch on half the tokens each, ranks
+    2, 3 the uncond branch; the CFG groups are {0, 2} and {1, 3}."""
+    latents, con = run_worker("cfg+ulysses", tmp_path, world_size=4)
+    assert (latents - reference).abs().max().item() <= 1e-5
+    rows = con.execute(f"""
+        SELECT o.rank, count(*) FILTER (o.name = '{ranges.CFG_COND}'), count(*) FILTER (o.name = '{ranges.CFG_UNCOND}'),
+               count(*) FILTER (o.name = 'aten::conv3d')
+        FROM cpu_ops o GROUP BY ALL ORDER BY ALL""").fetchall()
+    assert rows == [(0, STEPS, 0, STEPS), (1, STEPS, 0, STEPS), (2, 0, STEPS, STEPS), (3, 0, STEPS, STEPS)]
+    blocks = STEPS * CFG.dit.num_layers
+    sdpa = ops_in_ranges(con, ranges.SELF_ATTN, ["aten::scaled_dot_product_attention"])
+    assert sdpa == [(r, "aten::scaled_dot_product_attention",
+                     f"[[1,{N // 2},{L},{D}],[1,{N // 2},{L},{D}],[1,{N // 2},{L},{D}],[],[],[],[],[]]", blocks)
+                    for r in range(4)]
 
 
 GENERATE = ["generate", "--preset", "tiny", "--random-weights", "--prompt", "a red fox in the snow", "--steps", "3"]

@@ -1,6 +1,7 @@
 """One rank of a small parallel denoising run on the CPU, for the tests (launched per rank with
 the torchrun environment set by the test): 3 steps of the tiny DiT under torch.profiler with
-recorded shapes, one trace per rank, the final latents saved by rank 0.
+recorded shapes, one trace per rank, then (after a barrier: every trace is written) the final
+latents saved by rank 0.
 
     python parallel_worker.py MODE OUT_DIR
 """
@@ -43,7 +44,9 @@ def main(mode: str, out_dir: Path) -> None:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
             latents = denoise(dit, noise, cond, uncond, sampler, GUIDANCE, parallel=ctx)
         prof.export_chrome_trace(str(out_dir / f"rank-{ctx.rank}.json"))
+        ctx.barrier("writing the traces")  # as wanscope profile does before rank 0 reads them all
         if ctx.is_main:
+            assert sorted(p.name for p in out_dir.glob("rank-*.json")) == [f"rank-{r}.json" for r in range(ctx.world_size)]
             torch.save(latents, out_dir / "latents.pt")
 
 

@@ -113,6 +113,15 @@ class ParallelContext:
                     raise ParallelError(f"rank {rank} was started with {key}={theirs.get(key)!r} but rank 0 with "
                                         f"{key}={value!r}: launch every rank with the same arguments")
 
+    def barrier(self, what: str) -> None:
+        """Wait until every rank gets here (e.g. rank 0 reading the traces the others wrote).
+
+        Raises:
+            ParallelError: a rank died or did not arrive within the timeout.
+        """
+        with self.collective(f"waiting for every rank ({what})"):
+            dist.barrier()
+
     def __enter__(self) -> ParallelContext:
         return self
 

@@ -44,6 +44,8 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
               help="Attention backend (sdpa lets PyTorch pick).")
 @click.option("--cfg", type=click.Choice(defaults.CFG_MODES), default=None,
               help="Cond and uncond as two forwards or one B=2 forward. Default: sequential.")
+@click.option("--kernels", type=click.Choice(defaults.KERNELS), default="torch", show_default=True,
+              help="DiT ops: the torch reference or the fused Triton kernels (wanscope.kernels).")
 @click.option("--legacy-step-lookup", is_flag=True,
               help="The sampler finds its step index with a device .item() (one host sync per step).")
 @click.option("--nsys", is_flag=True, help="Capture with Nsight Systems instead of torch.profiler (needs CUDA).")
@@ -56,7 +58,7 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
 @click.option("--child", type=click.Choice(["nsys", "ncu"]), hidden=True)
 @click.option("--run-info", type=click.Path(dir_okay=False, path_type=Path), hidden=True)
 def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, profile_steps, compile_, attention,
-            cfg, legacy_step_lookup, nsys, ncu, compare_compile, out_dir, child, run_info):
+            cfg, kernels, legacy_step_lookup, nsys, ncu, compare_compile, out_dir, child, run_info):
     """Profile Wan2.1 denoising steps and report what limits them.
 
     Runs --warmup denoising steps of the real --steps schedule, profiles the next
@@ -72,7 +74,7 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
 
     cuda = torch.cuda.is_available()
     opts = resolve(cuda, preset, checkpoint, random_weights, size, frames, steps, warmup, profile_steps,
-                   compile_, attention, cfg, legacy_step_lookup)
+                   compile_, attention, cfg, legacy_step_lookup, kernels)
     cfg_model = PRESETS[opts.preset]
     request(opts).validate(cfg_model.vae.stride, cfg_model.dit.patch_size)
     if checkpoint is not None:

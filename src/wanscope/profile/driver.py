@@ -130,6 +130,7 @@ def run(opts: ProfileOptions, window, console: Console | None = None, decode: bo
 
     with _stage("denoising", m, device, console):
         dit = parts.dit()
+        dit.kernels = opts.kernels
         d = dit.cfg
         m.dit = {"dim": d.dim, "num_layers": d.num_layers, "num_heads": d.num_heads, "ffn_dim": d.ffn_dim}
         shape = latent_shape(cfg, req.height, req.width, req.frames)  # [1, C, F, H, W]

@@ -24,6 +24,7 @@ OUT_DIR = Path("wanscope-profile")
 PROMPT = "A red fox trots through fresh snow in a pine forest at dawn, soft golden light"
 ATTENTION_BACKENDS = ("sdpa", "cudnn", "flash", "efficient", "math")
 CFG_MODES = ("sequential", "batched")
+KERNELS = ("torch", "triton")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class ProfileOptions:
         compile: regional ``torch.compile`` of the repeated DiT block.
         attention: attention backend name (``wan/attention.py``).
         cfg: ``sequential`` (two forwards per step) or ``batched`` (one B=2 forward).
+        kernels: ``torch`` (reference ops) or ``triton`` (the fused kernels of ``wanscope.kernels``).
         legacy_step_lookup: the sampler finds its step index with a device ``.item()``.
         device: ``cuda`` or ``cpu``; dtype: ``bf16`` (CUDA) or ``fp32`` (CPU).
     """
@@ -58,6 +60,7 @@ class ProfileOptions:
     legacy_step_lookup: bool
     device: str
     dtype: str
+    kernels: str = "torch"
 
     @property
     def random_weights(self) -> bool:
@@ -79,7 +82,8 @@ class ProfileOptions:
         args += ["--checkpoint", str(self.checkpoint)] if self.checkpoint else ["--random-weights"]
         args += ["--size", f"{self.width}x{self.height}", "--frames", str(self.frames),
                  "--steps", str(self.steps), "--warmup", str(self.warmup),
-                 "--profile-steps", str(self.profile_steps), "--attention", self.attention, "--cfg", self.cfg]
+                 "--profile-steps", str(self.profile_steps), "--attention", self.attention, "--cfg", self.cfg,
+                 "--kernels", self.kernels]
         if self.compile:
             args.append("--compile")
         if self.legacy_step_lookup:
@@ -101,6 +105,7 @@ def resolve(
     attention: str = "sdpa",
     cfg: str | None = None,
     legacy_step_lookup: bool = False,
+    kernels: str = "torch",
 ) -> ProfileOptions:
     """Fill in the defaults and check the options against each other.
 
@@ -131,6 +136,8 @@ def resolve(
         )
     if attention not in ATTENTION_BACKENDS:
         raise UsageError(f"unknown attention backend {attention!r}; known: {', '.join(ATTENTION_BACKENDS)}")
+    if kernels not in KERNELS:
+        raise UsageError(f"unknown kernels {kernels!r}; known: {', '.join(KERNELS)}")
     cfg = cfg or sampling.cfg
     if cfg not in CFG_MODES:
         raise UsageError(f"unknown cfg mode {cfg!r}; known: {', '.join(CFG_MODES)}")
@@ -139,5 +146,5 @@ def resolve(
         frames=sampling.frames if frames is None else frames, steps=steps, warmup=warmup,
         profile_steps=profile_steps, compile=compile, attention=attention, cfg=cfg,
         legacy_step_lookup=legacy_step_lookup, device="cuda" if cuda else "cpu",
-        dtype="bf16" if cuda else "fp32",
+        dtype="bf16" if cuda else "fp32", kernels=kernels,
     )

@@ -50,6 +50,7 @@ def static_info(opts: ProfileOptions, capture: str) -> dict:
         "height": opts.height, "width": opts.width, "frames": opts.frames,
         "schedule_steps": opts.steps, "warmup_steps": opts.warmup, "profiled_steps": opts.profiled_steps,
         "solver": req.solver, "guidance": req.guidance, "cfg": opts.cfg, "attention": opts.attention,
+        "kernels": opts.kernels,
         "compile": opts.compile, "legacy_step_lookup": opts.legacy_step_lookup,
         "device": opts.device, "dtype": opts.dtype, "capture": capture,
         "versions": versions(), "gpu": gpu(),

@@ -1,0 +1,22 @@
+"""`wanscope profile --kernels triton` profiles the DiT on the fused custom ops (on the CPU their
+torch twins run under the same op names), and the run object says which kernels ran."""
+
+import json
+import subprocess
+import sys
+
+from wanscope.trace import open_traces
+
+
+def test_profile_runs_on_the_fused_ops(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "wanscope", "profile", "--preset", "tiny", "--profile-steps", "1",
+                        "--kernels", "triton", "--out", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "report.json").read_text())["run"]["kernels"] == "triton"
+    con = open_traces([tmp_path / "trace.json.gz"])
+    ops = dict(con.execute(
+        "SELECT name, count(*) FROM cpu_ops WHERE name LIKE 'wanscope::%' GROUP BY name").fetchall())
+    # tiny: 2 blocks x 2 CFG branches in one step; per block one norm_modulate, two
+    # add_norm_modulate, one gated_add, and q/k rms_norm_rope in self- and cross-attention.
+    assert ops == {"wanscope::norm_modulate": 4, "wanscope::add_norm_modulate": 8,
+                   "wanscope::gated_add": 4, "wanscope::rms_norm_rope": 16}

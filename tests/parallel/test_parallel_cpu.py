@@ -102,10 +102,12 @@ def test_ulysses_equals_single_process_and_shards_tokens_and_heads(tmp_path, ref
             f"[[1,{half},{DIM}],[{FFN},{DIM}],[{FFN}]]": blocks,
             f"[[1,{half},{FFN}],[{DIM},{FFN}],[{DIM}]]": blocks,
         }
-    # two all-to-alls per block call (q, k, v together; the output), one gather per forward
-    counts = con.execute("""SELECT rank, name, count(*) FROM cpu_ops WHERE name LIKE 'wanscope/parallel/%'
+    # per block call: the q, k, v all-to-alls (one each) and the output's; one gather per forward
+    counts = con.execute("""SELECT rank, name, count(*) FROM cpu_ops
+                            WHERE name LIKE 'wanscope/parallel/%' OR name LIKE 'c10d::%'
                             GROUP BY ALL ORDER BY ALL""").fetchall()
     assert counts == [(r, name, n) for r in (0, 1) for name, n in (
+        ("c10d::_allgather_base_", 2 * STEPS), ("c10d::alltoall_base_", 4 * blocks),
         ("wanscope/parallel/ulysses_gather", 2 * STEPS), ("wanscope/parallel/ulysses_out", blocks),
         ("wanscope/parallel/ulysses_qkv", blocks))]
 

@@ -9,8 +9,8 @@ every token, so around it one all-to-all trades token shards for head groups:
     q, k, v [B, L_r, N, D] --all-to-all--> [B, L, N/P, D] -> attention -> [B, L, N/P, D]
     --all-to-all--> [B, L_r, N, D]
 
-Per block each rank sends and receives ``4 (P-1)/P B L_r N D`` elements (q, k and v in one
-call, the output in a second): the volume per rank falls as 1/P. The patch
+Per block each rank sends and receives ``4 (P-1)/P B L_r N D`` elements (q, k, v and the
+output, one all-to-all each): the volume per rank falls as 1/P. The patch
 embedding (a stride-2 convolution, 0.01% of the FLOPs) runs on all tokens and its output is
 sliced; the output head runs on the shard and one all-gather rebuilds ``[B, L, ...]`` for the
 sampler, so latents stay whole and equal on every rank between steps.
@@ -102,14 +102,18 @@ class Ulysses:
         h = heads // p
         group = self.ctx.ulysses_group
         with ranges.named_range(QKV_ALL_TO_ALL):
-            # chunk j of dim 0 goes to rank j: its head group, for this rank's tokens
-            send = q.new_empty((p, n_local_tokens, 3, b, h, d))
+            # send[i] chunk j (dim 1) goes to rank j: its head group, for this rank's tokens
+            send = q.new_empty((3, p, n_local_tokens, b, h, d))
             for i, t in enumerate((q, k, v)):
-                send[:, :, i].copy_(t.unflatten(2, (p, h)).permute(2, 1, 0, 3, 4))  # [P, L_r, B, N/P, D]
-            recv = q.new_empty((sum(sizes), 3, b, h, d))  # every rank's tokens, in order
+                send[i].copy_(t.unflatten(2, (p, h)).permute(2, 1, 0, 3, 4))  # [P, L_r, B, N/P, D]
+            # one call per tensor, so each lands contiguous [L, B, N/P, D] rather than interleaved
+            # with the other two: cuDNN's attention is slower on interleaved rows (wan/fused.py
+            # measured 3% for a strided v alone)
+            recv = q.new_empty((3, sum(sizes), b, h, d))  # every rank's tokens, in order
             with self.ctx.collective("the Ulysses all-to-all of q, k, v"):
-                dist.all_to_all_single(recv, send.flatten(0, 1), sizes, [n_local_tokens] * p, group=group)
-        q_all, k_all, v_all = (recv[:, i].transpose(0, 1) for i in range(3))  # [B, L, N/P, D]
+                for i in range(3):
+                    dist.all_to_all_single(recv[i], send[i].flatten(0, 1), sizes, [n_local_tokens] * p, group=group)
+        q_all, k_all, v_all = (recv[i].transpose(0, 1) for i in range(3))  # [B, L, N/P, D]
         out = attention(q_all, k_all, v_all, backend)  # [B, L, N/P, D]
         with ranges.named_range(OUT_ALL_TO_ALL):
             send = out.transpose(0, 1).contiguous()  # [L, B, N/P, D]

@@ -63,9 +63,9 @@ def self_attention(attn, h, rope, backend):
     qkv = F.linear(h, attn.fused_weight, attn.fused_bias)  # [B, L, 3C]
     q = rms_norm_rope(qkv[..., :c], attn.norm_q.weight, rope, n, attn.norm_q.eps)  # [B, L, N, D]
     k = rms_norm_rope(qkv[..., c : 2 * c], attn.norm_k.weight, rope, n, attn.norm_k.eps)
-    # cuDNN's SDPA ran 10.71 ms on v as a strided slice of qkv and 10.42 ms on a contiguous v
-    # (H200, 1.3B/480p, benchmarks/RESULTS.md): the 100 MB copy (~0.05 ms) pays for itself.
-    v = qkv[..., 2 * c :].unflatten(-1, (n, -1)).contiguous()  # [B, L, N, D]
+    # A contiguous copy of v measured no faster in the whole forward (507.4 vs 508.2 ms, H200,
+    # benchmarks/RESULTS.md), so cuDNN reads v as a strided slice of the QKV output.
+    v = qkv[..., 2 * c :].unflatten(-1, (n, -1))  # [B, L, N, D] view, rows 3C apart
     return attn.o(attn.attend(q, k, v, backend).flatten(2))  # [B, L, C]
 
 

@@ -58,6 +58,12 @@ def main(argv=None) -> None:
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
+    except click.UsageError as e:
+        # One line like every other bad input (not click's usage block); help is a -h away.
+        hint = f" (see '{e.ctx.command_path} -h')" if e.ctx is not None else ""
+        message = " ".join(e.format_message().split())
+        click.echo(f"wanscope: error: {message}{hint}", err=True)
+        sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
@@ -67,5 +73,14 @@ def main(argv=None) -> None:
     except KeyboardInterrupt:
         click.echo("wanscope: interrupted", err=True)
         sys.exit(130)
+    except RuntimeError as e:
+        if str(e) != "Query interrupted":
+            raise
+        # DuckDB's form of Ctrl-C during a query (a plain RuntimeError).
+        click.echo("wanscope: interrupted", err=True)
+        sys.exit(130)
+    except MemoryError:
+        click.echo("wanscope: error: out of memory", err=True)
+        sys.exit(2)
     except BrokenPipeError:
         sys.exit(0)

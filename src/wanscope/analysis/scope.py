@@ -52,6 +52,8 @@ def parse_step_range(text: str | None) -> tuple[int | None, int | None] | None:
         bounds = (int(lo) if lo.strip() else None, int(hi) if hi.strip() else None)
     except ValueError:
         raise UsageError(f"--step-range {text!r}: expected A:B with integer step numbers, e.g. 2:5") from None
+    if None not in bounds and bounds[0] >= bounds[1]:
+        raise UsageError(f"--step-range {text!r} selects no step: A <= step < B needs A below B")
     return bounds
 
 

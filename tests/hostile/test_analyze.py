@@ -64,6 +64,30 @@ def test_huge_numbers_in_options(args):
 
 # --- what is not a regular file --------------------------------------------------------
 
+def test_fifo_is_refused_without_hanging(tmp_path):
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+    assert_one_line_error(run_cli("analyze", fifo, timeout=20), fifo, "not a regular file")
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/null"])
+def test_devices_are_refused(device):
+    assert_one_line_error(run_cli("analyze", device, timeout=20), device, "not a regular file")
+
+
+def test_symlink_loop_says_so(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    assert_one_line_error(run_cli("analyze", a), a, "symbolic links")
+
+
+def test_dangling_symlink_is_no_such_file(tmp_path):
+    link = tmp_path / "t.json"
+    link.symlink_to(tmp_path / "gone.json")
+    assert_one_line_error(run_cli("analyze", link), link, "no such file")
+
+
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("setpriv"),
                     reason="needs root to run the CLI as another user (root reads mode-000 files)")
 def test_unreadable_file_as_another_user(tmp_path_factory):
@@ -82,3 +106,113 @@ def test_unreadable_file_as_another_user(tmp_path_factory):
         assert_one_line_error(r, trace, "not readable")
     finally:
         shutil.rmtree(d)
+
+
+# --- databases ----------------------------------------------------------------------------
+
+def test_truncated_wanscope_database(tmp_path, wanscope_db):
+    cut = tmp_path / "cut.duckdb"
+    data = wanscope_db.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    assert_one_line_error(run_cli("analyze", cut), cut)
+    cut.write_bytes(data[:20])
+    assert_one_line_error(run_cli("analyze", cut), cut)
+
+
+def test_foreign_duckdb_with_our_table_names(tmp_path):
+    db = tmp_path / "theirs.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE kernels (a INTEGER); CREATE TABLE cpu_ops (b VARCHAR)")
+    con.close()
+    assert_one_line_error(run_cli("analyze", db), db, "wanscope")
+    assert_one_line_error(run_cli("stats", db, "--report", "cuda_gpu_kern_sum"), db, "wanscope")
+
+
+def test_db_never_overwrites_an_input(tmp_path):
+    trace = tmp_path / "t.json.gz"
+    shutil.copy(EMBEDDED, trace)
+    before = trace.read_bytes()
+    assert_one_line_error(run_cli("analyze", trace, "--db", trace), trace, "input")
+    assert trace.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json.gz"]
+
+
+def test_db_never_replaces_a_file_that_is_not_a_database(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me\n")
+    assert_one_line_error(run_cli("analyze", EMBEDDED, "--db", notes), notes, "not a DuckDB database")
+    assert notes.read_text() == "keep me\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_db_replaces_an_earlier_database(tmp_path, wanscope_db):
+    db = tmp_path / "keep.duckdb"
+    shutil.copy(wanscope_db, db)
+    r = run_cli("analyze", EMBEDDED, "--db", db, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.duckdb"]
+
+
+@pytest.mark.parametrize("where", ["missing/dir/x.duckdb", "file/x.duckdb", "/proc/x.duckdb"])
+def test_db_where_it_cannot_be_written(tmp_path, where):
+    (tmp_path / "file").write_text("a file, not a directory")
+    db = tmp_path / where if not where.startswith("/") else where
+    assert_one_line_error(run_cli("analyze", EMBEDDED, "--db", db), db)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_db_that_is_a_fifo_is_refused(tmp_path):
+    # A FIFO of our own stands for /dev/null: as root, os.replace over /dev/null replaced
+    # the system's device with a regular file (never test that on the real one).
+    fifo = tmp_path / "null"
+    os.mkfifo(fifo)
+    assert_one_line_error(run_cli("analyze", EMBEDDED, "--db", fifo, timeout=30), fifo, "not a regular file")
+    assert fifo.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == ["null"]
+
+
+def test_db_with_a_database_input_is_an_error(tmp_path, wanscope_db):
+    out = tmp_path / "copy.duckdb"
+    assert_one_line_error(run_cli("analyze", wanscope_db, "--db", out), "--db")
+    assert not out.exists()
+
+
+# --- Ctrl-C -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def big_trace(tmp_path_factory):
+    """About 60 MB, one event per line: ingest takes a few seconds."""
+    path = tmp_path_factory.mktemp("big") / "big.json"
+    line = json.dumps(kernel(0, 1)).encode()
+    head, tail = line.split(b'"ts": 0')
+    with open(path, "wb") as f:
+        f.write(b'{"traceEvents": [\n')
+        f.write(b",\n".join(head + b'"ts": %d' % (10 + 2 * i) + tail for i in range(400_000)))
+        f.write(b"\n]}\n")
+    return path
+
+
+def interrupt_when(proc, ready, deadline=30.0, settle=0.3):
+    """Send SIGINT once ``ready()`` is true (the run is past its start), then wait."""
+    t = time.monotonic()
+    while not ready() and proc.poll() is None and time.monotonic() - t < deadline:
+        time.sleep(0.02)
+    time.sleep(settle)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("settle", [0.0, 0.4, 1.0])
+def test_ctrl_c_during_ingest_leaves_no_db(tmp_path, big_trace, settle):
+    db = tmp_path / "keep.duckdb"
+    proc = subprocess.Popen([sys.executable, "-m", "wanscope", "analyze", big_trace, "--db", db],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    code, err = interrupt_when(proc, lambda: any(tmp_path.iterdir()), settle=settle)
+    if code == 0:
+        pytest.skip("the run finished before the interrupt")
+    assert code == 130 and "Traceback" not in err, err
+    # DuckDB's interrupt or click's Abort (which prints a blank line first): one message
+    assert err.strip().splitlines() in (["wanscope: interrupted"], ["wanscope: aborted"]), err
+    assert list(tmp_path.iterdir()) in ([], [db])  # no temporary file; the db only if complete
+    if db.exists():
+        assert run_cli("query", db, "SELECT count(*) FROM kernels", "--format", "csv").returncode == 0

@@ -10,13 +10,14 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import stat
 import tempfile
 from importlib import resources
 from pathlib import Path
 
 import duckdb
 
-from wanscope.errors import InputError
+from wanscope.errors import InputError, UsageError, check_output, file_kind
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # DuckDB's buffer limit: past it, table data and intermediates spill to a temporary
@@ -59,19 +60,76 @@ def sniff(path: Path) -> str:
 
 
 def expand(paths: list[str | os.PathLike]) -> list[Path]:
-    """Files to ingest: each path as given, a directory replaced by its trace files sorted by name."""
+    """Files to ingest: each path as given, a directory replaced by its trace files sorted by name.
+
+    Raises:
+        InputError: a path is missing, a symlink loop, unreadable, or not a regular file
+            (a FIFO or a device would block or never end).
+    """
     files: list[Path] = []
     for p in map(Path, paths):
-        if p.is_dir():
-            inner = sorted(q for q in p.iterdir() if q.is_file() and not q.name.startswith(".") and q.name.endswith(TRACE_SUFFIXES))
+        try:
+            mode = p.stat().st_mode
+        except FileNotFoundError:
+            raise InputError(p, "no such file") from None
+        except OSError as e:
+            raise InputError(p, f"cannot read: {e.strerror or e}") from None
+        if stat.S_ISDIR(mode):
+            try:
+                inner = sorted(q for q in p.iterdir() if q.is_file() and not q.name.startswith(".") and q.name.endswith(TRACE_SUFFIXES))
+            except OSError as e:
+                raise InputError(p, f"cannot read the directory: {e.strerror or e}") from None
             if not inner:
                 raise InputError(p, "directory holds no trace files (*.json, *.json.gz, *.sqlite)")
             files.extend(inner)
-        elif not p.exists():
-            raise InputError(p, "no such file")
+        elif not stat.S_ISREG(mode):
+            raise InputError(p, f"is {file_kind(mode)}, not a regular file")
         else:
             files.append(p)
     return files
+
+
+def _open_database(path: Path) -> duckdb.DuckDBPyConnection:
+    """Open a database written by ``--db``, read-only, after checking it has every column
+    of the canonical schema (a DuckDB file from another program or another layout would
+    fail later, deep in an analysis query).
+
+    Raises:
+        InputError: unreadable (truncated, corrupt) or not wanscope's tables.
+    """
+    expected = duckdb.connect()
+    expected.execute(schema_sql())
+    columns_sql = "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'main'"
+    want = set(expected.execute(columns_sql).fetchall())
+    expected.close()
+    con = None
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+        have = set(con.execute(columns_sql).fetchall())
+        # Read every block once (DuckDB checksums each): a truncated or corrupt file
+        # fails here, not in the middle of an analysis (a few ms per 10 MB).
+        for table in sorted({t for t, _ in have} & {t for t, _ in want}):
+            con.execute(f'SELECT sum(hash("{table}")) FROM "{table}"').fetchall()
+    except duckdb.Error as e:
+        if con is not None:
+            con.close()
+        raise InputError(path, f"cannot open the DuckDB database ({str(e).splitlines()[0][:120]}); truncated or corrupt?") from None
+    missing = sorted(want - have)
+    if missing:
+        con.close()
+        if not {t for t, _ in have} & {t for t, _ in want}:
+            raise InputError(path, "a DuckDB database without wanscope's tables")
+        raise InputError(path, f"a DuckDB database whose tables are not wanscope's (no column {missing[0][0]}.{missing[0][1]})")
+    return con
+
+
+def _check_db_target(db: Path, inputs: list[Path]) -> None:
+    """``--db`` replaces an earlier database, never an input or a file of another kind."""
+    check_output(db, inputs)
+    if db.exists() and db.stat().st_size:
+        with open(db, "rb") as f:
+            if f.read(12)[8:12] != b"DUCK":
+                raise InputError(db, "exists and is not a DuckDB database; not replacing it (--db keeps the ingested database)")
 
 
 def open_traces(paths, db: str | os.PathLike | None = None) -> duckdb.DuckDBPyConnection:
@@ -90,23 +148,28 @@ def open_traces(paths, db: str | os.PathLike | None = None) -> duckdb.DuckDBPyCo
     if "database" in kinds:
         if len(files) != 1:
             raise InputError(files[kinds.index("database")], "a wanscope database must be given alone")
-        con = duckdb.connect(str(files[0]), read_only=True)
-        tables = {r[0] for r in con.sql("select table_name from information_schema.tables").fetchall()}
-        if "kernels" not in tables or "cpu_ops" not in tables:
-            con.close()
-            raise InputError(files[0], "a DuckDB database without wanscope's tables")
-        return con
+        if db is not None:
+            raise UsageError(f"--db {db}: {files[0]} is already a wanscope database; --db keeps the database of ingested traces")
+        return _open_database(files[0])
     tmp_db = None
     if db is not None:
+        db = Path(db)
+        _check_db_target(db, files)
         tmp_db = Path(f"{db}.tmp-{os.getpid()}")
-        tmp_db.unlink(missing_ok=True)
     config = {"memory_limit": DUCKDB_MEMORY_LIMIT, "preserve_insertion_order": False}
     if tmp_db is None:
         spill = tempfile.mkdtemp(prefix="wanscope-spill-")
         atexit.register(shutil.rmtree, spill, ignore_errors=True)
         config["temp_directory"] = spill
-    con = duckdb.connect(str(tmp_db) if tmp_db else ":memory:", config=config)
-    try:
+    con = None
+    try:  # from the first byte written to the rename: an interrupt leaves nothing behind
+        if tmp_db:
+            try:  # fail here, with the reason, where the database cannot be written
+                os.close(os.open(tmp_db, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o666))
+                tmp_db.unlink()
+            except OSError as e:
+                raise InputError(db, f"cannot write: {e.strerror or e}") from None
+        con = duckdb.connect(str(tmp_db) if tmp_db else ":memory:", config=config)
         con.execute(schema_sql())
         for source_id, (path, kind) in enumerate(zip(files, kinds)):
             if kind == "nsys":
@@ -120,13 +183,15 @@ def open_traces(paths, db: str | os.PathLike | None = None) -> duckdb.DuckDBPyCo
         from wanscope.trace.link import finish
 
         finish(con)
+        if tmp_db:
+            con.close()
+            os.replace(tmp_db, db)
+            con = duckdb.connect(str(db), read_only=True)
     except BaseException:
-        con.close()
+        if con is not None:
+            con.close()
         if tmp_db:
             tmp_db.unlink(missing_ok=True)
+            Path(f"{tmp_db}.wal").unlink(missing_ok=True)
         raise
-    if tmp_db:
-        con.close()
-        os.replace(tmp_db, db)
-        con = duckdb.connect(str(db), read_only=True)
     return con

@@ -176,6 +176,91 @@ def test_db_with_a_database_input_is_an_error(tmp_path, wanscope_db):
     assert not out.exists()
 
 
+# --- JSON structure -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("content", [
+    b'{"traceEvents": {"a": 1}}',
+    b'{"traceEvents": "abc"}',
+    b'{"traceEvents": null}',
+    b'{"traceEvents": 5, "other": [1, 2]}',
+    b'{"note": "traceEvents", "traceEvents": 5}',
+])
+def test_trace_events_not_a_list(tmp_path, content):
+    path = tmp_path / "t.json"
+    path.write_bytes(content)
+    assert_one_line_error(run_cli("analyze", path), path, "traceEvents is not a list")
+
+
+@pytest.mark.parametrize("content", [
+    b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b', "traceEvents": []}',
+    b'{"traceEvents": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}",
+    b'{"traceEvents": [' + b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"]}",
+    b'{"traceEvents": [\n{"ph": "X", "args": {"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}\n]}\n",
+])
+def test_deep_nesting_is_refused_quickly(tmp_path, content):
+    path = tmp_path / "deep.json"
+    path.write_bytes(content)
+    assert_one_line_error(run_cli("analyze", path, timeout=30, memory_gb=3), path, "nested")
+
+
+def test_array_top_level(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_bytes(b'[{"traceEvents": []}]')
+    assert_one_line_error(run_cli("analyze", path), path, "not a trace")
+
+
+# --- gzip ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("head, unit, tail, problem", [
+    (b"", b" ", b"", "no traceEvents"),                                   # 1 GB of whitespace
+    (b"", b"[", b"", "not JSON: expected an object"),                    # 1 GB of [[[[
+    (b'{"traceEvents": [{"name": "', b"a", b'"}]}', "larger than"),       # one 1 GB string
+    (b'{"traceEvents": [', b" ", b"]}", "larger than"),                  # 1 GB of blank events
+    (b'{"traceEvents": [\n  {\n    "ph": "X"\n  }\n  ], "x": "', b"a", b'"}', "larger than"),  # after the events
+])
+def test_gzip_bombs(tmp_path, head, unit, tail, problem):
+    bomb = gzip_stream(tmp_path / "bomb.json.gz", head, unit, 1 << 30, tail)
+    assert bomb.stat().st_size < 4 << 20
+    t = time.monotonic()
+    assert_one_line_error(run_cli("analyze", bomb, timeout=60, memory_gb=3), bomb, problem)
+    assert time.monotonic() - t < 30
+
+
+def test_huge_event_in_native_layout(tmp_path):
+    path = tmp_path / "big.json"
+    with open(path, "wb") as f:
+        f.write(b'{\n  "traceEvents": [\n  {\n    "ph": "X",\n    "name": "')
+        for _ in range(160):
+            f.write(b"a" * (1 << 20))
+        f.write(b'"\n  }\n  ]\n}\n')
+    assert_one_line_error(run_cli("analyze", path, timeout=60, memory_gb=3), path, "larger than")
+
+
+# --- per-record problems: counted, never fatal --------------------------------------------
+
+def test_records_without_usable_times_are_counted(tmp_path):
+    good = kernel(100, 5)
+    no_ph = {k: v for k, v in kernel(200, 5).items() if k != "ph"}
+    no_dur = {k: v for k, v in kernel(300, 5).items() if k != "dur"}
+    bad_dur = kernel(400, "x")
+    negative_ts = kernel(-5, 3)
+    for layout, write in (("lines", write_lines), ("minified", write_minified)):
+        path = write(tmp_path / f"{layout}.json", [good, no_ph, no_dur, bad_dur, negative_ts])
+        doc = analyze_json(path)
+        assert doc["warnings"] == {"malformed_event": 1, "no_timing": 3}, layout
+        assert doc["devices"][0]["kernel_count"] == 1
+
+
+def test_invalid_utf8_is_replaced_in_every_layout(tmp_path):
+    bad = json.dumps(kernel(200, 5, name="k@@")).encode().replace(b"@@", b"\xff\xfe")
+    lines = write_lines(tmp_path / "lines.json", [kernel(100, 5)], raw_lines=[bad])
+    minified = write_minified(tmp_path / "min.json", [kernel(100, 5)], raw_events=[bad])
+    a, b = analyze_json(lines), analyze_json(minified)
+    for doc in (a, b):
+        assert doc["warnings"] == {"undecodable_bytes": 1}
+        assert {k["name"] for k in doc["devices"][0]["top_kernels"]} >= {"k", "k\ufffd\ufffd"}
+
+
 # --- Ctrl-C -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

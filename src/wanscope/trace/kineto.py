@@ -15,6 +15,7 @@ decimal text (DECIMAL(38, 12)), ``end_ns = start_ns + dur_ns`` (DESIGN.md).
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import os
@@ -33,6 +34,14 @@ from wanscope.errors import InputError
 
 CHUNK_BYTES = 8 << 20
 EVENTS_KEY = b'"traceEvents"'
+_EVENTS_KEY_RE = re.compile(rb'"traceEvents"[ \t\r\n]*:')
+_BLANKS_RE = re.compile(rb"[ \t\r\n]*")
+HEADER_LIMIT = 256 << 20  # bytes read looking for traceEvents
+# Bounds on what one event, one JSON token or the part after the events may take: far
+# above any real trace (an event is at most kilobytes), and what keeps a gzip bomb or a
+# file of one endless string from exhausting memory.
+EVENT_LIMIT = 64 << 20
+MAX_DEPTH = 128  # JSON nesting (an event's args nest about 5 deep)
 
 # Kineto category (lower case) -> what it becomes. Older Kineto wrote capitalized names.
 CATEGORIES = {
@@ -91,25 +100,54 @@ def _open(path: Path, gz: bool):
 
 
 def _read_header(f, path: Path) -> tuple[bytes, bytes]:
-    """Read until the events array opens. Returns (header bytes, bytes after ``[``)."""
-    buf = b""
-    while EVENTS_KEY not in buf:
+    """Read until the events array opens. Returns (header bytes, bytes after ``[``).
+
+    Linear in what it reads, and at most 256 MB of it (a gzip bomb of whitespace ends there).
+
+    Raises:
+        InputError: empty, not a JSON object, no ``traceEvents`` key in the first 256 MB,
+            or ``traceEvents`` is not a list.
+    """
+    buf = bytearray()
+    started = False  # a non-blank byte was read
+    searched = 0  # where the next search for the key starts
+    key_at = None  # where the key starts, once found
+    pos = 0  # after the key's colon and the blanks read so far
+    while True:
+        if key_at is None:
+            m = _EVENTS_KEY_RE.search(buf, searched)
+            if m:
+                key_at, pos = m.start(), m.end()
+            else:  # the key may straddle the next read
+                searched = max(0, len(buf) - len(EVENTS_KEY) - 64)
+        if key_at is not None:
+            pos = _BLANKS_RE.match(buf, pos).end()
+            if pos < len(buf):
+                if buf[pos] != ord("["):
+                    raise InputError(path, "traceEvents is not a list: not a PyTorch profiler trace")
+                return bytes(buf[:key_at]), bytes(buf[pos + 1 :])
         more = f.read(1 << 16)
         if not more:
-            if not buf.strip():
+            if not started:
                 raise InputError(path, "empty file")
+            if key_at is not None:
+                raise InputError(path, "truncated: ends inside traceEvents")
             raise InputError(path, "no traceEvents: not a PyTorch profiler trace")
+        if not started and more.strip():
+            started = True
+            if not more.lstrip().startswith(b"{"):
+                raise InputError(path, "not JSON: expected an object")
         buf += more
-        if len(buf) > (256 << 20):
+        if len(buf) > HEADER_LIMIT:
             raise InputError(path, "no traceEvents in the first 256 MB: not a PyTorch profiler trace")
-    at = buf.index(EVENTS_KEY)
-    while b"[" not in buf[at:]:
-        more = f.read(1 << 16)
-        if not more:
-            raise InputError(path, "truncated: ends inside traceEvents")
-        buf += more
-    bracket = buf.index(b"[", at)
-    return buf[:at], buf[bracket + 1 :]
+
+
+def _read_bounded(f, limit: int, path: Path, what: str) -> bytes:
+    """The rest of ``f``, refusing more than ``limit`` bytes."""
+    data = f.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(path, f"{what} is larger than {limit >> 20} MB")
+    return data
 
 
 def _header_dict(header: bytes, trailer: bytes, path: Path) -> dict:
@@ -195,7 +233,7 @@ class _Layout:
             raise _NotNative
         return out.rstrip(b", \t\r\n") + b"\n"
 
-    def chunks(self, f, rest: bytes):
+    def chunks(self, f, rest: bytes, path: Path):
         """Yield NDJSON chunks of the events region; return the bytes after its ``]``."""
         buf = rest if rest.startswith(b"\n") else rest[rest.index(b"\n"):]
         eof = False
@@ -206,13 +244,17 @@ class _Layout:
                 buf += more
             end = self.end.search(buf)
             if end:
-                trailer = buf[end.end():] + (b"" if eof else f.read())
+                trailer = buf[end.end():]
+                if not eof:
+                    trailer += _read_bounded(f, EVENT_LIMIT - len(trailer), path, "the part after traceEvents")
                 yield self.collapse(buf[: end.start()])
                 return trailer
             if eof:
                 raise _Truncated
             cut = buf.rfind(self.cut)
             if cut <= 0:
+                if len(buf) > EVENT_LIMIT:
+                    raise InputError(path, f"an event larger than {EVENT_LIMIT >> 20} MB: not a PyTorch profiler trace")
                 continue
             body, buf = buf[:cut], buf[cut:]
             yield self.collapse(body)
@@ -268,16 +310,80 @@ def _prefetched(chunks, consume) -> bytes:
                 thread.join(0.05)
 
 
+class _GuardedReader:
+    """The file as ijson reads it: invalid UTF-8 replaced by U+FFFD (as the native layout
+    does; ijson's parser stops at it), and at most ``EVENT_LIMIT`` bytes read without the
+    parser producing an event (one endless string or blank run, e.g. a gzip bomb, would
+    otherwise be buffered whole)."""
+
+    def __init__(self, f):
+        self.f = f
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.since_event = 0
+        self.replaced = 0
+
+    def read(self, n: int = -1) -> bytes:
+        if n > 0 and self.since_event > (1 << 16):
+            # Inside a long token: yajl re-scans its partial token on every read, so
+            # feed it megabytes at a time (time quadratic in the token over the read size).
+            n = 1 << 20
+        data = self.f.read(n)
+        self.since_event += len(data)
+        if self.since_event > EVENT_LIMIT:
+            raise _TooLarge
+        try:
+            data.decode("utf-8")  # fast path; a multi-byte character cut by the read fails too
+        except UnicodeDecodeError:
+            pass
+        else:
+            if not self.decoder.getstate()[0]:
+                return data
+        text = self.decoder.decode(data, final=not data)
+        self.replaced += text.count("\ufffd") - data.count("\ufffd".encode())
+        return text.encode("utf-8")
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _checked(events, reader: _GuardedReader):
+    """ijson parse events, refusing nesting deeper than ``MAX_DEPTH`` (ijson keeps a prefix
+    string per open level: memory quadratic in the depth)."""
+    depth = 0
+    for event in events:
+        kind = event[1]
+        if kind == "start_map" or kind == "start_array":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise _TooDeep
+        elif kind == "end_map" or kind == "end_array":
+            depth -= 1
+        reader.since_event = 0
+        yield event
+
+
 def _stream_events(f, path: Path, writer: _NdjsonWriter) -> None:
     """Fallback for any layout: ijson's streaming parser, re-serialized one event per line."""
     batch = []
     size = 0
+    reader = _GuardedReader(f)
+    # A small read size bounds what ijson parses per step before _checked sees the events:
+    # ijson builds a prefix string per event, so a read of N opening brackets costs N^2.
+    events = _checked(ijson.parse(reader, buf_size=4096, use_float=False), reader)
+    replaced_events = 0
     try:
-        for event in ijson.items(f, "traceEvents.item", use_float=False):
+        for event in ijson.items(events, "traceEvents.item"):
             try:
                 line = orjson.dumps(event, default=str)
             except orjson.JSONEncodeError:  # integers beyond 64 bits
                 line = json.dumps(event, default=str).encode()
+            if reader.replaced and "\ufffd".encode() in line:
+                replaced_events += 1
             batch.append(line)
             size += len(line)
             if size >= CHUNK_BYTES:
@@ -287,7 +393,12 @@ def _stream_events(f, path: Path, writer: _NdjsonWriter) -> None:
         raise InputError(path, f"truncated or malformed JSON ({str(e).splitlines()[0][:80]})") from None
     except ijson.JSONError as e:
         raise InputError(path, f"malformed JSON ({str(e).splitlines()[0][:80]})") from None
+    except _TooDeep:
+        raise InputError(path, f"JSON nested more than {MAX_DEPTH} levels deep: not a PyTorch profiler trace") from None
+    except _TooLarge:
+        raise InputError(path, f"a JSON string or blank run larger than {EVENT_LIMIT >> 20} MB: not a PyTorch profiler trace") from None
     writer.write(b"\n".join(batch) + b"\n")
+    writer.undecodable += replaced_events
 
 
 def _rank(meta: dict, source_id: int) -> int:
@@ -329,7 +440,7 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
                 trailer = b""
                 if layout is not None:
                     try:
-                        trailer = _prefetched(layout.chunks(f, rest), writer.write)
+                        trailer = _prefetched(layout.chunks(f, rest, path), writer.write)
                     except _NotNative:
                         if staged["chunks"]:
                             raise InputError(path, "event layout changes midway through the file") from None
@@ -375,11 +486,11 @@ def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
     # Per-record problems, counted and excluded.
     counts = con.execute(f"""
         SELECT
-          count(*) FILTER (ph = 'X' AND cat IN ({known}) AND (start_ns IS NULL OR start_ns = 0)) AS no_timing,
-          count(*) FILTER (ph = 'X' AND cat IN ({known}) AND start_ns <> 0 AND dur_ns = 0
+          count(*) FILTER (ph = 'X' AND cat IN ({known}) AND (start_ns IS NULL OR start_ns <= 0 OR dur_ns IS NULL)) AS no_timing,
+          count(*) FILTER (ph = 'X' AND cat IN ({known}) AND start_ns > 0 AND dur_ns = 0
                            AND cat IN ('kernel', 'gpu_memcpy', 'memcpy', 'gpu_memset', 'memset')) AS zero_duration,
-          count(*) FILTER (ph = 'X' AND cat IN ({known}) AND start_ns <> 0 AND dur_ns < 0) AS end_before_start,
-          count(*) FILTER (ph IS NULL AND cat IS NULL AND name IS NULL) AS malformed_event,
+          count(*) FILTER (ph = 'X' AND cat IN ({known}) AND start_ns > 0 AND dur_ns < 0) AS end_before_start,
+          count(*) FILTER (ph IS NULL) AS malformed_event,
           count(*) FILTER (ph = 'X' AND cat IS NOT NULL AND cat NOT IN ({known}) AND cat NOT IN ({ignored})) AS unknown_category,
           count(*) FILTER (cat IN ({known}) AND (
               (ext_txt IS NOT NULL AND try_cast(ext_txt AS BIGINT) IS NULL)

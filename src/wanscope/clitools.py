@@ -4,7 +4,10 @@ modules can import them without importing each other)."""
 from __future__ import annotations
 
 import csv
+import decimal
 import io
+import json
+import math
 import sys
 
 import click
@@ -23,26 +26,89 @@ def format_option(*choices: str, default: str = "table"):
     )
 
 
+def _json_default(value):
+    """What orjson cannot write itself (DuckDB values in ``query``): DECIMAL as a number,
+    anything else (BLOB, INTERVAL, BIT, ...) as its text, as the table and CSV show it."""
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    return str(value)
+
+
+def _finite(obj):
+    """``obj`` with NaN and infinities as None (what orjson writes), for the json module."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def dumps_json(obj) -> str:
     """JSON text for an analysis result (numpy-free, non-str keys allowed)."""
-    return orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+    try:
+        return orjson.dumps(obj, default=_json_default, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits (HUGEINT): exact through json
+        return json.dumps(_finite(obj), default=_json_default, indent=2, ensure_ascii=False)
+
+
+# A terminal table is drawn whole; past this many rows ``query`` asks for csv or json.
+TABLE_ROW_LIMIT = 100_000
+
+
+def _unique(columns: list[str]) -> list[str]:
+    """Column names made unique for JSON objects (the second ``a`` becomes ``a_1``, or the
+    next free suffix): a duplicate key would silently drop a value."""
+    taken, seen, out = set(columns), set(), []
+    for c in columns:
+        name = c
+        if c in seen:
+            k = 1
+            while f"{c}_{k}" in taken:
+                k += 1
+            name = f"{c}_{k}"
+            taken.add(name)
+        seen.add(c)
+        out.append(name)
+    return out
 
 
 def write_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
     """Print rows as a rich table, CSV, or a JSON list of row objects."""
+    write_batches(columns, iter([rows]), fmt)
+
+
+def write_batches(columns: list[str], batches, fmt: str) -> None:
+    """``write_rows`` for rows arriving in batches (an iterator of lists): CSV and JSON
+    are written batch by batch, so memory stays bounded whatever the row count; the
+    table needs every row at once."""
     if fmt == "json":
-        click.echo(dumps_json([dict(zip(columns, r)) for r in rows]))
+        keys = _unique(columns)
+        first = True
+        for rows in batches:
+            if not rows:
+                continue
+            # the batch as a list, without its brackets: "  {...},\n  {...}"
+            text = dumps_json([dict(zip(keys, r)) for r in rows])
+            sys.stdout.write(("[\n" if first else ",\n") + text[2:-2])
+            first = False
+        sys.stdout.write("[]\n" if first else "\n]\n")
     elif fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(columns)
-        w.writerows(rows)
-        sys.stdout.write(buf.getvalue())
+        for rows in batches:
+            w.writerows(rows)
+            sys.stdout.write(buf.getvalue())
+            buf.seek(0)
+            buf.truncate()
     else:
         from rich.console import Console
         from rich.table import Table
 
         table = Table(*columns, show_lines=False)
-        for r in rows:
-            table.add_row(*("" if v is None else str(v) for v in r))
+        for rows in batches:
+            for r in rows:
+                table.add_row(*("" if v is None else str(v) for v in r))
         Console().print(table)

@@ -7,7 +7,7 @@ import re
 import click
 import duckdb
 
-from wanscope.clitools import dumps_json, format_option, write_rows
+from wanscope.clitools import TABLE_ROW_LIMIT, dumps_json, format_option, write_batches, write_rows
 from wanscope.errors import UsageError
 
 ANALYZE_HELP = """Analyze GPU traces: utilization, time by category, top kernels, idle gaps
@@ -58,6 +58,19 @@ def analyze(traces, fmt, top, step_range, min_gap_ns, db):
         render_analysis(result, used=used)
 
 
+# The SQL of `query` sees the trace's tables and nothing else: no files (COPY ... TO,
+# read_csv('/etc/passwd'), ATTACH, EXPORT), no network or extensions (INSTALL, LOAD),
+# and no setting can be changed back (lock_configuration). Set after ingest, which reads
+# the trace itself; spilling to DuckDB's own temporary directory still works.
+SANDBOX_SQL = (
+    "SET enable_external_access = false",
+    "SET autoinstall_known_extensions = false",
+    "SET autoload_known_extensions = false",
+    "SET lock_configuration = true",
+)
+FETCH_ROWS = 10_000
+
+
 @click.command()
 @click.argument("trace", type=click.Path())
 @click.argument("sql")
@@ -66,15 +79,36 @@ def query(trace, sql, fmt):
     """Run SQL on the canonical tables of TRACE (see `wanscope schema`).
 
     TRACE is a trace file, a directory of rank files or a database kept with --db.
-    JSON output is a list of row objects."""
+    The SQL sees those tables only: no files, network, extensions or settings. Several
+    statements run in order; the last one's rows are printed. JSON output is a list of
+    row objects."""
     con = _open([trace], None)
+    for statement in SANDBOX_SQL:
+        con.execute(statement)
     try:
         cur = con.execute(sql)
+        if cur is None:
+            raise UsageError("the SQL holds no statement")
         columns = [d[0] for d in cur.description] if cur.description else []
-        rows = cur.fetchall() if columns else []
+        first = cur.fetchmany(TABLE_ROW_LIMIT + 1 if fmt == "table" else FETCH_ROWS) if columns else []
     except duckdb.Error as e:
         raise UsageError(f"SQL error: {str(e).splitlines()[0]}") from None
-    write_rows(columns, rows, fmt)
+    if fmt == "table" and len(first) > TABLE_ROW_LIMIT:
+        raise UsageError(f"the result has more than {TABLE_ROW_LIMIT:,} rows, too many for a table; "
+                         "use --format csv or --format json")
+
+    def batches():  # the table's first batch holds every row; CSV and JSON stream
+        yield first
+        while columns and fmt != "table":
+            try:
+                rows = cur.fetchmany(FETCH_ROWS)
+            except duckdb.Error as e:
+                raise UsageError(f"SQL error: {str(e).splitlines()[0]}") from None
+            if not rows:
+                return
+            yield rows
+
+    write_batches(columns, batches(), fmt)
 
 
 def schema_rows() -> list[tuple[str, str, str, str, str]]:

@@ -3,6 +3,10 @@
 Loaded lazily by the top-level group (torch is imported only when this command runs). The
 hidden ``--child`` option is how ``--nsys`` and ``--ncu`` re-run the same profile under their
 tool; it is not for users.
+
+Under ``torchrun --nproc-per-node N -m wanscope profile ... --parallel MODE`` every rank runs
+this command and writes its own ``trace-rank{r}.json.gz``; rank 0 then analyzes all of them
+and alone writes the reports and prints.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 import click
 
 from wanscope.errors import UsageError
+from wanscope.parallel.plan import DEFAULT_TIMEOUT_S, PARALLEL_MODES, check_cfg_parallel
 from wanscope.profile import options as defaults
 from wanscope.wan.config import PRESETS
 
@@ -53,19 +58,26 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
               help="Also run Nsight Compute on the self-attention kernel of the backend and diagnose it.")
 @click.option("--compare-compile", is_flag=True,
               help="Profile the same steps eager and compiled (into eager/ and compiled/), then diff them.")
+@click.option("--parallel", type=click.Choice(PARALLEL_MODES),
+              help="Under torchrun: CFG branches on 2 ranks, Ulysses token shards on all, or both (2 x N/2); "
+                   "one trace per rank, rank 0 reports.")
+@click.option("--dist-timeout", type=click.FloatRange(min=1), default=DEFAULT_TIMEOUT_S, show_default=True,
+              help="With --parallel: seconds any rank may wait for the others before failing.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=defaults.OUT_DIR,
               show_default=True, help="Folder for the trace, report.json and report.html.")
 @click.option("--child", type=click.Choice(["nsys", "ncu"]), hidden=True)
 @click.option("--run-info", type=click.Path(dir_okay=False, path_type=Path), hidden=True)
 def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, profile_steps, compile_, attention,
-            cfg, kernels, legacy_step_lookup, nsys, ncu, compare_compile, out_dir, child, run_info):
+            cfg, kernels, legacy_step_lookup, nsys, ncu, compare_compile, parallel, dist_timeout, out_dir, child,
+            run_info):
     """Profile Wan2.1 denoising steps and report what limits them.
 
     Runs --warmup denoising steps of the real --steps schedule, profiles the next
     --profile-steps with torch.profiler (CPU and CUDA activities, shapes, stacks), decodes
     with the VAE (for its peak memory), and writes trace.json.gz, report.json (the analyze
     JSON plus a run object) and report.html into --out, then prints the summary. With no
-    argument: the 1.3B model at 832x480x81 on a GPU, the tiny preset on a CPU.
+    argument: the 1.3B model at 832x480x81 on a GPU, the tiny preset on a CPU. With --parallel
+    under torchrun: trace-rank{r}.json.gz per rank, one report of all ranks from rank 0.
     """
     import torch
 
@@ -84,6 +96,15 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
     if child:
         run_child(opts, child, run_info)
         return
+    if parallel:
+        if nsys or ncu or compare_compile:
+            raise UsageError(f"--parallel captures each rank with torch.profiler: not with "
+                             f"--{'nsys' if nsys else 'ncu' if ncu else 'compare-compile'}")
+        if parallel != "ulysses":
+            check_cfg_parallel(request(opts).guidance, opts.cfg)  # before any rank waits for another
+    elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UsageError(f"launched as {os.environ['WORLD_SIZE']} processes without --parallel; "
+                         f"give --parallel {'|'.join(PARALLEL_MODES)}")
     if compare_compile:
         from wanscope.profile.compare import check
 
@@ -105,7 +126,8 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
         find_ncu()
         kernel_regex(opts.attention)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if opts.random_weights:
+    main = parallel is None or os.environ.get("RANK") == "0"
+    if opts.random_weights and main:
         from wanscope.wan.cli import RANDOM_NOTE
 
         click.echo(f"wanscope: {RANDOM_NOTE}", err=True)
@@ -125,6 +147,13 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
 
     if nsys_exe:
         traces, run = _capture_nsys(opts, nsys_exe, out_dir)
+    elif parallel:
+        from wanscope.profile.kineto import profile_ranks
+
+        ranked = profile_ranks(opts, out_dir, parallel, dist_timeout)
+        if ranked is None:  # not rank 0: its trace is written, rank 0 reports
+            return
+        traces, run = ranked
     else:
         from wanscope.profile.kineto import profile_here
 

@@ -6,6 +6,11 @@ differ from step to step), and the run stops after the last profiled one: the VA
 those partly denoised latents, only to measure the decode stage's peak memory and time. Each
 stage loads its model, runs and releases it (``wan/pipeline.py``), so the peak device memory
 of each stage is its own.
+
+Under ``--parallel`` (``torchrun``) every rank runs this with its ``ParallelContext``: rank 0
+encodes the prompts and broadcasts the text states, the DiT is sharded (Ulysses) or runs one
+CFG branch per rank, each rank's window captures its own steps, and only rank 0 decodes with
+the VAE and prints.
 """
 
 from __future__ import annotations
@@ -19,10 +24,13 @@ from rich.console import Console
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from wanscope.parallel.group import ParallelContext
+from wanscope.parallel.ulysses import shard_dit
 from wanscope.profile.options import PROMPT, ProfileOptions
 from wanscope.wan.attention import parse_backend
 from wanscope.wan.config import get_preset
-from wanscope.wan.pipeline import Components, Request, denoise, initial_noise, latent_shape, release
+from wanscope.wan.pipeline import (Components, Request, denoise, encode_prompts, initial_noise, latent_shape,
+                                   release)
 from wanscope.wan.sampler import FlowSampler, flow_schedule
 
 STAGES = ("text_encoding", "denoising", "vae_decode")
@@ -61,9 +69,10 @@ def request(opts: ProfileOptions) -> Request:
     )
 
 
-def components(opts: ProfileOptions) -> Components:
+def components(opts: ProfileOptions, device: torch.device | None = None) -> Components:
+    """The engine's parts on ``device`` (default: ``opts.device``; a rank's ``cuda:LOCAL_RANK``)."""
     return Components(
-        config=get_preset(opts.preset), device=torch.device(opts.device), dtype=DTYPES[opts.dtype],
+        config=get_preset(opts.preset), device=device or torch.device(opts.device), dtype=DTYPES[opts.dtype],
         checkpoint=opts.checkpoint, attention_backend=parse_backend(opts.attention),
     )
 
@@ -101,7 +110,7 @@ def _stage(name: str, m: Measurements, device: torch.device, console: Console):
 
 
 def run(opts: ProfileOptions, window, console: Console | None = None, decode: bool = True,
-        attention_only_in_dit: bool = False) -> Measurements:
+        attention_only_in_dit: bool = False, parallel: ParallelContext | None = None) -> Measurements:
     """Run the stages; ``window`` (``window.py``) sees the profiled steps.
 
     Args:
@@ -109,12 +118,17 @@ def run(opts: ProfileOptions, window, console: Console | None = None, decode: bo
         attention_only_in_dit: run the text encoder's attention with SDPA's math backend, so
             the only fused attention kernels the process launches are the DiT's (what the ncu
             capture selects by kernel name).
+        parallel: this rank's context under ``--parallel``: text states from rank 0, the DiT
+            sharded by ``shard_dit``, denoising with ``parallel``, the VAE decode (when
+            ``decode``) and the stage lines on rank 0 only.
 
     Raises:
         UsageError, InputError: a bad request or checkpoint (as ``wan/pipeline.py``).
+        ParallelError: a collective failed or timed out.
     """
-    console = console or Console(stderr=True)
-    parts, req = components(opts), request(opts)
+    main = parallel is None or parallel.is_main
+    console = console or Console(stderr=True, quiet=not main)
+    parts, req = components(opts, parallel and parallel.device), request(opts)
     cfg = parts.config
     req.validate(cfg.vae.stride, cfg.dit.patch_size)
     device = parts.device
@@ -122,15 +136,14 @@ def run(opts: ProfileOptions, window, console: Console | None = None, decode: bo
     _peak(device)
 
     with _stage("text_encoding", m, device, console):
-        encoder = parts.text_encoder()
         with sdpa_kernel(SDPBackend.MATH) if attention_only_in_dit else contextlib.nullcontext():
-            states = encoder.encode([req.prompt, req.negative_prompt])  # [2, Lc, text_dim]
-        cond, uncond = states[:1], states[1:]
-        del encoder, states
+            cond, uncond = encode_prompts(parts, req, parallel)  # each [1, Lc, text_dim]
 
     with _stage("denoising", m, device, console):
         dit = parts.dit()
         dit.kernels = opts.kernels
+        if parallel is not None:
+            shard_dit(parallel, dit)
         d = dit.cfg
         m.dit = {"dim": d.dim, "num_layers": d.num_layers, "num_heads": d.num_heads, "ffn_dim": d.ffn_dim}
         shape = latent_shape(cfg, req.height, req.width, req.frames)  # [1, C, F, H, W]
@@ -140,10 +153,11 @@ def run(opts: ProfileOptions, window, console: Console | None = None, decode: bo
         cond, uncond = cond.to(dit.dtype), uncond.to(dit.dtype)
         sampler = FlowSampler(flow_schedule(req.steps, req.shift), req.solver, req.legacy_step_lookup)
         latents = initial_noise(shape, req.seed, device)
-        latents = _denoise_steps(opts, dit, latents, cond, uncond, sampler, req.guidance, window, m, console)
+        latents = _denoise_steps(opts, dit, latents, cond, uncond, sampler, req.guidance, window, m, console,
+                                 parallel)
         del dit, cond, uncond, sampler
 
-    if decode:
+    if decode and main:
         from wanscope.wan.vae import decode as vae_decode
 
         with _stage("vae_decode", m, device, console), torch.no_grad():
@@ -153,7 +167,7 @@ def run(opts: ProfileOptions, window, console: Console | None = None, decode: bo
     return m
 
 
-def _denoise_steps(opts, dit, latents, cond, uncond, sampler, guidance, window, m, console):
+def _denoise_steps(opts, dit, latents, cond, uncond, sampler, guidance, window, m, console, parallel):
     """The warm-up and profiled steps, with the window and the progress bar.
 
     The bar is redrawn from this thread, and only while the window is not recording (after
@@ -183,6 +197,6 @@ def _denoise_steps(opts, dit, latents, cond, uncond, sampler, guidance, window, 
         window.start()
         try:
             return denoise(dit, latents, cond, uncond, sampler, guidance, opts.cfg, start=0, stop=total,
-                           on_step=on_step)
+                           on_step=on_step, parallel=parallel)
         finally:
             window.stop()

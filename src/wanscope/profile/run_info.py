@@ -8,7 +8,8 @@ Fields (README, ``wanscope profile``): ``note`` (the random-weights warning or N
 ``dtype``, ``capture`` (torch.profiler or nsys), ``versions`` (python, torch, CUDA, cuDNN,
 wanscope), ``gpu`` (name, compute capability, memory, count; None on the CPU),
 ``peak_memory_bytes`` and ``stage_wall_ns`` per stage (text_encoding, denoising, vae_decode),
-``step_wall_ns`` (host time of every step run, index 0 first).
+``step_wall_ns`` (host time of every step run, index 0 first); under ``--parallel`` also
+``parallel`` (``parallel_info``), and the measurements are rank 0's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import platform
 import torch
 
 import wanscope
+from wanscope.parallel.group import ParallelContext
 from wanscope.profile.driver import Measurements, request
 from wanscope.profile.options import ProfileOptions
 from wanscope.wan.cli import RANDOM_NOTE
@@ -39,10 +41,18 @@ def gpu() -> dict | None:
             "memory_bytes": p.total_memory, "count": torch.cuda.device_count()}
 
 
-def static_info(opts: ProfileOptions, capture: str) -> dict:
-    """What is known before the run: the configuration and the machine."""
+def parallel_info(ctx: ParallelContext) -> dict:
+    """``mode``, ``world_size``, ``cfg_degree``, ``ulysses_degree``, ``rank`` (the rank whose
+    run this is) and ``timeout_s`` (``--dist-timeout``, seconds)."""
+    return {"mode": ctx.mode, "world_size": ctx.world_size, "cfg_degree": ctx.cfg_degree,
+            "ulysses_degree": ctx.ulysses_degree, "rank": ctx.rank, "timeout_s": ctx.timeout_s}
+
+
+def static_info(opts: ProfileOptions, capture: str, parallel: ParallelContext | None = None) -> dict:
+    """What is known before the run: the configuration and the machine (and, under
+    ``--parallel``, the process group as ``parallel``)."""
     req = request(opts)
-    return {
+    info = {
         "note": RANDOM_NOTE if opts.random_weights else None,
         "random_weights": opts.random_weights,
         "checkpoint": None if opts.checkpoint is None else str(opts.checkpoint),
@@ -55,11 +65,14 @@ def static_info(opts: ProfileOptions, capture: str) -> dict:
         "device": opts.device, "dtype": opts.dtype, "capture": capture,
         "versions": versions(), "gpu": gpu(),
     }
+    if parallel is not None:
+        info["parallel"] = parallel_info(parallel)
+    return info
 
 
-def run_object(opts: ProfileOptions, capture: str, m: Measurements) -> dict:
+def run_object(opts: ProfileOptions, capture: str, m: Measurements, parallel: ParallelContext | None = None) -> dict:
     """The whole ``run`` object: ``static_info`` plus the measurements."""
-    info = static_info(opts, capture)
+    info = static_info(opts, capture, parallel)
     info.update({
         "dit": m.dit, "tokens": m.tokens,
         "peak_memory_bytes": m.peak_memory_bytes, "stage_wall_ns": m.stage_wall_ns,

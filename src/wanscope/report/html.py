@@ -2,7 +2,8 @@
 
 Plots: GPU timeline per stream with the largest idle gaps marked, time by category, top
 kernels, per-step CPU and GPU times, and an icicle graph of host time. Tables: the call
-stack behind the largest gaps, syncs. The page is rendered from the Jinja2 template
+stack behind the largest gaps, syncs and, with several ranks, communication vs compute per
+rank and the slowest rank per step. The page is rendered from the Jinja2 template
 ``templates/report.html`` shipped with the package.
 """
 
@@ -13,6 +14,7 @@ from importlib import resources
 
 import jinja2
 
+from wanscope.report.text import RANKS_DEFINITIONS
 from wanscope.report.units import fmt_ns, fmt_pct
 
 MAX_HTML_BYTES = 8 << 20
@@ -107,4 +109,5 @@ def render_html(result: dict, segments: list[dict], icicle: list[dict], title: s
     env.filters["ns"] = fmt_ns
     env.filters["pct"] = fmt_pct
     return env.get_template("report.html").render(
-        title=title, result=result, plots=plots, plotly_js=plotly_js, escape=html.escape)
+        title=title, result=result, plots=plots, plotly_js=plotly_js, escape=html.escape,
+        ranks_definitions=RANKS_DEFINITIONS)

@@ -12,6 +12,12 @@ DEFINITIONS = (
     "busy = union of activity over all streams; utilization = busy / window; "
     "pct = share of summed kernel time; idle gap = hole in the busy union, ended by next_op."
 )
+RANKS_DEFINITIONS = (
+    "Ranks: communication = kernels of the communication category (nccl*); overlap = time in which "
+    "communication and compute kernels ran together on the device; exposed = communication with no "
+    "compute beside it; work = step time - exposed communication; the slowest rank of a step has the most work "
+    "(the others wait for it inside their collectives)."
+)
 STACK_FRAMES_SHOWN = 8
 
 
@@ -22,7 +28,8 @@ def _short(name: str, width: int = 90) -> str:
 
 def render_analysis(result: dict, console: Console | None = None, used: str | None = None) -> None:
     """Print the analysis summary: per device utilization, categories, top kernels, gaps
-    with the stack behind the largest, then syncs, steps and warnings."""
+    with the stack behind the largest, then syncs, steps, the ``ranks`` section (with several
+    ranks) and warnings."""
     c = console or Console()
     if used:
         c.print(f"[bold]trace:[/bold] {used}")
@@ -77,6 +84,35 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
         for s in result["steps"]:
             t.add_row(str(s["rank"]), str(s["step"]), fmt_ns(s["cpu_dur_ns"]), fmt_ns(s["gpu_dur_ns"]))
         c.print(t)
+    if "ranks" in result:
+        render_ranks(result["ranks"], c)
     if result["warnings"]:
         c.print("records excluded at ingest: " + ", ".join(f"{k} {v:,}" for k, v in result["warnings"].items()))
     c.print(f"[dim]{DEFINITIONS}[/dim]")
+
+
+def render_ranks(ranks: dict, console: Console) -> None:
+    """Print the ``ranks`` section: communication vs compute per (rank, device), then each
+    step's ranks by work, slowest first (times in ns in the data, scaled here)."""
+    c = console
+    c.rule("ranks")
+    if ranks["communication"]:
+        t = Table("rank", "device", "comm kernels", "comm time", "comm busy", "compute busy", "overlap",
+                  "overlap %", "exposed comm", title="communication vs compute per rank")
+        for r in ranks["communication"]:
+            t.add_row(str(r["rank"]), str(r["device"]), f"{r['communication_count']:,}", fmt_ns(r["communication_ns"]),
+                      fmt_ns(r["communication_busy_ns"]), fmt_ns(r["compute_busy_ns"]), fmt_ns(r["overlap_ns"]),
+                      fmt_pct(r["overlap_pct"]), fmt_ns(r["exposed_communication_ns"]))
+        c.print(t)
+    else:
+        c.print("communication vs compute per rank: no GPU kernels in the traces (it needs CUDA activities)")
+    if ranks["steps"]:
+        t = Table("step", "basis", "rank", "step time", "exposed comm", "work", "slowest (+ spread)",
+                  title="slowest rank per step (most work first)")
+        for s in ranks["steps"]:
+            for i, r in enumerate(s["ranks"]):
+                t.add_row(str(s["step"]) if i == 0 else "", s["basis"] if i == 0 else "", str(r["rank"]),
+                          fmt_ns(r["dur_ns"]), fmt_ns(r["exposed_communication_ns"]), fmt_ns(r["work_ns"]),
+                          f"slowest, +{fmt_ns(s['spread_ns'])}" if r["rank"] == s["slowest_rank"] else "")
+        c.print(t)
+    c.print(f"[dim]{RANKS_DEFINITIONS}[/dim]")

@@ -22,10 +22,12 @@ def report(traces, out_dir, top, step_range):
     from wanscope.report.write import write_report
     from wanscope.trace import open_traces
 
+    from wanscope.trace.load import expand
+
     scope = Scope(parse_step_range(step_range))
     con = open_traces(traces)
     result = analyze(con, top=top, scope=scope)
     title = "wanscope report: " + ", ".join(Path(t).name for t in traces)
-    json_path, html_path = write_report(con, result, out_dir, title, scope)
+    json_path, html_path = write_report(con, result, out_dir, title, scope, inputs=expand(traces))
     render_analysis(result)
     click.echo(f"wrote {json_path} and {html_path}")

@@ -14,29 +14,85 @@ from wanscope.analysis.icicle import icicle_nodes
 from wanscope.analysis.scope import Scope
 from wanscope.analysis.timeline import timeline_segments
 from wanscope.clitools import dumps_json
+from wanscope.errors import InputError, check_output
 from wanscope.report.html import render_html
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str, inputs=()) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    write_all({Path(path): text}, inputs)
+
+
+def write_all(files: dict[Path, str], inputs=()) -> None:
+    """Write every file under a temporary name in its directory, then rename them all:
+    an interrupt leaves either the earlier files or the new ones, never a half-written
+    file (and at most microseconds where one file is new and the other not).
+
+    Raises:
+        InputError: a target is an input, a directory or a special file (``os.replace``
+            over /dev/null as root replaces the device), or cannot be written.
+    """
+    for path in files:
+        check_output(path, inputs)
+    umask = os.umask(0)
+    os.umask(umask)
+    temporary: dict[Path, str] = {}
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a report is an ordinary file
-        os.replace(tmp, path)
+        for path, text in files.items():
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            except OSError as e:
+                raise InputError(path, f"cannot write: {e.strerror or e}") from None
+            temporary[path] = tmp
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(text)
+            except OSError as e:
+                raise InputError(path, f"cannot write: {e.strerror or e}") from None
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a report is an ordinary file
+        for path, tmp in temporary.items():
+            os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        for tmp in temporary.values():
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
         raise
 
 
-def write_report(con, result: dict, out_dir: Path, title: str, scope: Scope | None = None) -> tuple[Path, Path]:
-    """Render and write both files; returns their paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+def make_dir(path: Path) -> bool:
+    """Create ``path`` (and its parents); returns whether it was created.
+
+    Raises:
+        InputError: it cannot be created (under a file, on a read-only or virtual file
+            system, no permission).
+    """
+    if path.is_dir():
+        return False
+    try:
+        path.mkdir(parents=True)
+    except OSError as e:
+        raise InputError(path, f"cannot create the directory: {e.strerror or e}") from None
+    return True
+
+
+def write_report(con, result: dict, out_dir: Path, title: str, scope: Scope | None = None,
+                 inputs=()) -> tuple[Path, Path]:
+    """Render and write both files; returns their paths. The page is rendered before the
+    directory is made: an interrupt or an error leaves no directory behind."""
     page = render_html(result, timeline_segments(con, scope or Scope()), icicle_nodes(con), title)
     json_path, html_path = out_dir / "report.json", out_dir / "report.html"
-    write_atomic(json_path, dumps_json(result))
-    write_atomic(html_path, page)
+    for path in (json_path, html_path):
+        check_output(path, inputs)
+    created = make_dir(out_dir)
+    try:
+        write_all({json_path: dumps_json(result), html_path: page}, inputs)
+    except BaseException:
+        if created:
+            try:
+                out_dir.rmdir()
+            except OSError:
+                pass
+        raise
     return json_path, html_path

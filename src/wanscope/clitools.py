@@ -6,12 +6,23 @@ from __future__ import annotations
 import csv
 import decimal
 import io
+import os
 import json
 import math
 import sys
 
 import click
 import orjson
+
+
+def console(stderr: bool = False, **kwargs):
+    """A rich Console. Where output is not a terminal (a pipe, a file, a test), rich would
+    assume 80 columns and cut numbers and identifiers in tables; use $COLUMNS, else 200."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else int(os.environ.get("COLUMNS") or 200)
+    return Console(stderr=stderr, width=width, **kwargs)
 
 
 def format_option(*choices: str, default: str = "table"):
@@ -104,11 +115,11 @@ def write_batches(columns: list[str], batches, fmt: str) -> None:
             buf.seek(0)
             buf.truncate()
     else:
-        from rich.console import Console
-        from rich.table import Table
+        from rich.table import Column, Table
 
-        table = Table(*columns, show_lines=False)
+        # fold, never cut: query and schema output is read for exact values and names
+        table = Table(*(Column(c, overflow="fold") for c in columns), show_lines=False)
         for rows in batches:
             for r in rows:
                 table.add_row(*("" if v is None else str(v) for v in r))
-        Console().print(table)
+        console().print(table)

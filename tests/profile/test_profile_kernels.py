@@ -2,6 +2,7 @@
 torch twins run under the same op names), and the run object says which kernels ran."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -9,8 +10,11 @@ from wanscope.trace import open_traces
 
 
 def test_profile_runs_on_the_fused_ops(tmp_path):
+    # tests/kernels sets TRITON_INTERPRET=1 for this pytest process; the interpreter would run
+    # the child's kernels element by element (it ran out of 23 GB), so the child runs without it.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-m", "wanscope", "profile", "--preset", "tiny", "--profile-steps", "1",
-                        "--kernels", "triton", "--out", str(tmp_path)], capture_output=True, text=True)
+                        "--kernels", "triton", "--out", str(tmp_path)], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "report.json").read_text())["run"]["kernels"] == "triton"
     con = open_traces([tmp_path / "trace.json.gz"])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from wanscope.clitools import dumps_json, format_option
+from wanscope.clitools import console as make_console, dumps_json, format_option
 from wanscope.errors import InputError, UsageError
 from wanscope.ncu.compare import Comparison, compare_reports, select_kernels
 from wanscope.ncu.diagnosis import Diagnosis, diagnose
@@ -50,10 +50,9 @@ def short_name(name: str, width: int = 100) -> str:
 
 
 def _render(d: Diagnosis) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     k = d.kernel
     console.print(f"[bold]kernel {k.id}[/bold] {short_name(k.name)}  ({k.device or 'device ?'}, sm_{(k.cc or '?').replace('.', '')})")
     console.print(f"verdict: [bold]{d.verdict}[/bold]")
@@ -76,7 +75,6 @@ def _render(d: Diagnosis) -> None:
 
 
 def _render_comparison(c: Comparison, a_name: str, b_name: str) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     def cell(v):
@@ -86,7 +84,7 @@ def _render_comparison(c: Comparison, a_name: str, b_name: str) -> None:
             return f"{int(v):,}" if v.is_integer() else f"{v:,.2f}"
         return str(v)
 
-    console = Console()
+    console = make_console()
     console.print(f"A: kernel {c.a.kernel.id} {short_name(c.a.kernel.name)} ({a_name})")
     console.print(f"B: kernel {c.b.kernel.id} {short_name(c.b.kernel.name)} ({b_name})")
     table = Table("metric", "A", "B", "B / A")

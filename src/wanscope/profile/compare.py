@@ -40,12 +40,12 @@ def compare_compile(opts: ProfileOptions, out_dir: Path, console: Console | None
         CPU run) and ``reports`` {label: folder}.
     """
     from wanscope.analysis.diff import diff
-    from wanscope.clitools import dumps_json
+    from wanscope.clitools import console as make_console, dumps_json
     from wanscope.report.diff_html import render_diff_html
     from wanscope.report.write import write_atomic
     from wanscope.trace import open_traces
 
-    c = console or Console(stderr=True)
+    c = console or make_console(stderr=True)
     traces, runs, mean_cpu, files = {}, {}, {}, []
     for label, compiled in RUNS:
         folder = out_dir / label

@@ -32,6 +32,7 @@ from wanscope.wan.config import get_preset
 from wanscope.wan.pipeline import (Components, Request, denoise, encode_prompts, initial_noise, latent_shape,
                                    release)
 from wanscope.wan.sampler import FlowSampler, flow_schedule
+from wanscope.clitools import console as make_console
 
 STAGES = ("text_encoding", "denoising", "vae_decode")
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -127,7 +128,7 @@ def run(opts: ProfileOptions, window, console: Console | None = None, decode: bo
         ParallelError: a collective failed or timed out.
     """
     main = parallel is None or parallel.is_main
-    console = console or Console(stderr=True, quiet=not main)
+    console = console or make_console(stderr=True, quiet=not main)
     parts, req = components(opts, parallel and parallel.device), request(opts)
     cfg = parts.config
     req.validate(cfg.vae.stride, cfg.dit.patch_size)

@@ -18,6 +18,7 @@ from wanscope.report.text import render_analysis
 from wanscope.report.units import fmt_ns, fmt_pct
 from wanscope.report.write import write_report
 from wanscope.trace import open_traces
+from wanscope.clitools import console as make_console
 
 CPU_NOTE = (
     "CPU run (no CUDA): the per-step host times, the host time by op and the syncs a GPU would "
@@ -62,7 +63,7 @@ def _bytes(n) -> str:
 
 def render(result: dict, files: list[Path], console: Console | None = None) -> None:
     """The analysis summary, then host time by op, the run's stages and the files written."""
-    c = console or Console()
+    c = console or make_console()
     run = result["run"]
     render_analysis(result, c)
     h = result["host_ops"]

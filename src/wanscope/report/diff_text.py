@@ -7,6 +7,7 @@ from rich.table import Column, Table
 
 from wanscope.analysis.fused import KINDS
 from wanscope.report.units import fmt_ns, fmt_pct
+from wanscope.clitools import console as make_console
 
 DEFINITIONS = (
     "Definitions: time = mean GPU time of a step when both traces have steps, else the window (first to last GPU "
@@ -48,7 +49,7 @@ def render_diff(result: dict, console: Console | None = None) -> None:
     """Print the diff: the two traces, warnings, a summary of time, busy, utilization and
     launches, attention's share, time by category, kernels appeared, disappeared and
     changed, the fused Triton kernels and the eager ops they replaced."""
-    c = console or Console()
+    c = console or make_console()
     base, new = result["base"], result["new"]
     c.print(f"[bold]BASE:[/bold] {base['label']}\n[bold]NEW:[/bold]  {new['label']}")
     for w in result["warnings"]:

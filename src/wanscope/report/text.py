@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from wanscope.report.units import fmt_ns, fmt_pct
+from wanscope.clitools import console as make_console
 
 DEFINITIONS = (
     "Definitions: window = first to last GPU activity (kernels, memcpy, memset) per device; "
@@ -30,7 +31,7 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
     """Print the analysis summary: per device utilization, categories, top kernels, gaps
     with the stack behind the largest, then syncs, steps, the ``ranks`` section (with several
     ranks) and warnings."""
-    c = console or Console()
+    c = console or make_console()
     if used:
         c.print(f"[bold]trace:[/bold] {used}")
     for note in result["notes"]:

@@ -59,7 +59,7 @@ CREATE TABLE cpu_ops (
   id BIGINT,                    -- -: unique row id within the database
   parent_id BIGINT,             -- -: id of the innermost enclosing op on the same thread (NULL at the top)
   depth INTEGER,                -- levels: 0 for a top-level op
-  kind VARCHAR,                 -- -: aten, python, annotation, nvtx, or other host range
+  kind VARCHAR,                 -- -: op (aten and other dispatcher ops), python (a frame), annotation (record_function), nvtx
   name VARCHAR,                 -- -: op name, Python frame "file.py(line): function", or range text
   rank INTEGER,                 -- -: distributed rank
   pid BIGINT,                   -- -: host process
@@ -111,7 +111,7 @@ CREATE TABLE meta (
 
 CREATE TABLE ingest_warnings (
   source_id INTEGER,            -- -: input file
-  kind VARCHAR,                 -- -: what was wrong with the records (no_timing, non_positive_duration, ...)
+  kind VARCHAR,                 -- -: what was wrong with the records (no_timing, zero_duration, end_before_start, ...)
   count BIGINT                  -- count: records of that kind, excluded from the analyses
 );
 

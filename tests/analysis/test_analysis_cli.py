@@ -2,8 +2,10 @@
 and that the analysis side never imports torch."""
 
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from shared_fixtures import shared_fixture
 
@@ -75,3 +77,14 @@ def test_analyze_never_imports_torch():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "TORCH_LOADED=False" in r.stderr
+
+
+def test_a_profile_folder_analyzes_its_traces_and_passes_over_its_report(tmp_path):
+    data = Path(__file__).resolve().parents[1] / "data"
+    shutil.copy(data / "h200_wan21_1p3b_profile_step2.json.gz", tmp_path / "trace.json.gz")
+    shutil.copy(data / "h200_wan21_1p3b_profile_report.json", tmp_path / "report.json")
+    r = run_cli("analyze", tmp_path, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [s["path"] for s in doc["sources"]] == [str(tmp_path / "trace.json.gz")]
+    assert doc["devices"][0]["kernel_count"] == 4_048

@@ -8,10 +8,12 @@ wanscope wrote earlier with ``--db``.
 from __future__ import annotations
 
 import atexit
+import gzip
 import os
 import shutil
 import stat
 import tempfile
+import zlib
 from importlib import resources
 from pathlib import Path
 
@@ -59,6 +61,19 @@ def sniff(path: Path) -> str:
     raise InputError(path, "not a trace: expected Kineto JSON (.json/.json.gz), an Nsight Systems SQLite export or a wanscope database")
 
 
+def _may_be_trace(path: Path) -> bool:
+    """In a directory, JSON files that are not traces (the report.json that `wanscope
+    profile` and `report` write beside their traces, a diff.json) are passed over: a Kineto
+    trace names ``traceEvents`` within its first megabyte. Other files are judged later."""
+    if not path.name.endswith((".json", ".json.gz")):
+        return True
+    try:
+        with (gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")) as f:
+            return b'"traceEvents"' in f.read(1 << 20)
+    except (OSError, EOFError, zlib.error):
+        return True  # unreadable: let the ingest say what is wrong with it
+
+
 def expand(paths: list[str | os.PathLike]) -> list[Path]:
     """Files to ingest: each path as given, a directory replaced by its trace files sorted by name.
 
@@ -76,7 +91,8 @@ def expand(paths: list[str | os.PathLike]) -> list[Path]:
             raise InputError(p, f"cannot read: {e.strerror or e}") from None
         if stat.S_ISDIR(mode):
             try:
-                inner = sorted(q for q in p.iterdir() if q.is_file() and not q.name.startswith(".") and q.name.endswith(TRACE_SUFFIXES))
+                inner = sorted(q for q in p.iterdir() if q.is_file() and not q.name.startswith(".")
+                               and q.name.endswith(TRACE_SUFFIXES) and _may_be_trace(q))
             except OSError as e:
                 raise InputError(p, f"cannot read the directory: {e.strerror or e}") from None
             if not inner:

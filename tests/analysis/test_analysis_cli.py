@@ -88,3 +88,9 @@ def test_a_profile_folder_analyzes_its_traces_and_passes_over_its_report(tmp_pat
     doc = json.loads(r.stdout)
     assert [s["path"] for s in doc["sources"]] == [str(tmp_path / "trace.json.gz")]
     assert doc["devices"][0]["kernel_count"] == 4_048
+
+
+def test_a_random_weights_trace_says_so_when_analyzed_again():
+    trace = Path(__file__).resolve().parents[1] / "data" / "h200_wan21_1p3b_profile_step2.json.gz"
+    doc = json.loads(run_cli("analyze", trace, "--format", "json").stdout)
+    assert doc["notes"][0] == "RANDOM WEIGHTS (no checkpoint): timing/profiling run, not a real video"

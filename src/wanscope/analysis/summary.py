@@ -5,6 +5,8 @@ The object's layout is versioned by ``SCHEMA_VERSION``; the README documents eac
 
 from __future__ import annotations
 
+import orjson
+
 from wanscope.analysis.fused import fused_kernels
 from wanscope.analysis.gaps import idle_gaps
 from wanscope.analysis.kernels import categories, top_kernels
@@ -26,6 +28,20 @@ def warnings(con) -> dict[str, int]:
 def sources(con) -> list[dict]:
     return [{"path": p, "format": f, "rank": r, "events": n} for p, f, r, n in con.execute(
         "SELECT path, format, rank, event_count FROM sources ORDER BY source_id").fetchall()]
+
+
+def run_notes(con) -> list[str]:
+    """The notes a wanscope run left in its trace (``wanscope_run``, e.g. that its weights
+    were random), so that every later analysis of the trace says them too."""
+    notes = []
+    for (text,) in con.execute("SELECT DISTINCT value FROM meta WHERE key = 'wanscope_run'").fetchall():
+        try:
+            note = orjson.loads(text).get("note")
+        except (orjson.JSONDecodeError, AttributeError):
+            continue
+        if note and note not in notes:
+            notes.append(note)
+    return notes
 
 
 def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0) -> dict:
@@ -58,7 +74,7 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         d["gaps"] = gaps.get(key, empty_gaps)
         d["fused_kernels"] = fused.get(key, [])
     gpu_ranks = {d["rank"] for d in device_utilization(con, Scope())} if scope.step_range else {d["rank"] for d in devices}
-    notes = []
+    notes = run_notes(con)
     if not devices:
         notes.append("no GPU activity: the trace holds no kernels, memcpys or memsets with valid times"
                      + (" in the selected steps" if scope.step_range else "")

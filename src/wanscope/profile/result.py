@@ -50,7 +50,8 @@ def build_report(traces: list[Path], run: dict, out_dir: Path) -> dict:
     """Analyze ``traces``, add ``run`` and ``host_ops``, write report.json and report.html."""
     con = open_traces([str(t) for t in traces])
     result = analyze(con)
-    result["notes"] = notes(run) + result["notes"]
+    ours = notes(run)  # analyze already repeats the run's note, read back from the trace
+    result["notes"] = ours + [n for n in result["notes"] if n not in ours]
     result["run"] = run
     result["host_ops"] = host_ops(con)
     write_report(con, result, out_dir, title(run))

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from PIL import Image
 
 pytest.importorskip("torch")
 imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
@@ -35,7 +36,9 @@ def test_generate_random_weights_writes_decodable_mp4(tmp_path):
     info = json.loads(out.with_suffix(".json").read_text())
     assert info["random_weights"] is True and info["note"].startswith("RANDOM WEIGHTS")
     assert (info["frames"], info["height"], info["width"], info["steps"]) == (5, 64, 64, 2)
-    assert out.with_suffix(".png").stat().st_size > 0
+    with Image.open(out.with_suffix(".png")) as sheet:
+        assert sheet.size == (4 * 64, 2 * 64)  # 5 frames tiled 4 wide
+        assert sheet.text["Comment"].startswith("RANDOM WEIGHTS")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "x.mp4", "x.png"]  # no temp files left
 
 

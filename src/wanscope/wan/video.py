@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+from PIL.PngImagePlugin import PngInfo
 
 
 def _replace(tmp: Path, final: Path) -> None:
@@ -55,8 +56,10 @@ def write_png_frames(frames: np.ndarray, folder: Path) -> None:
     _replace(tmp, folder)
 
 
-def write_contact_sheet(frames: np.ndarray, path: Path, columns: int = 4, count: int = 8) -> None:
-    """Up to ``count`` evenly spaced frames tiled ``columns`` wide, as one PNG."""
+def write_contact_sheet(frames: np.ndarray, path: Path, columns: int = 4, count: int = 8,
+                        comment: str | None = None) -> None:
+    """Up to ``count`` evenly spaced frames tiled ``columns`` wide, as one PNG; ``comment``
+    (e.g. the random-weights note) goes into its ``Comment`` text chunk."""
     idx = np.unique(np.linspace(0, len(frames) - 1, min(count, len(frames))).round().astype(int))
     rows = -(-len(idx) // columns)
     cols = min(columns, len(idx))
@@ -66,7 +69,10 @@ def write_contact_sheet(frames: np.ndarray, path: Path, columns: int = 4, count:
         r, c = divmod(k, cols)
         sheet[r * h : (r + 1) * h, c * w : (c + 1) * w] = frames[i]
     tmp = path.with_name(f".{path.stem}.partial.png")
-    Image.fromarray(sheet).save(tmp)
+    meta = PngInfo()
+    if comment:
+        meta.add_text("Comment", comment)
+    Image.fromarray(sheet).save(tmp, pnginfo=meta)
     _replace(tmp, path)
 
 
@@ -97,6 +103,6 @@ def write_outputs(frames: np.ndarray, out: Path, fps: int, info: dict) -> tuple[
         write_png_frames(frames, video)
         fallback = f"imageio-ffmpeg is not installed: wrote PNG frames to {video} instead of {out}"
     sheet, sidecar = out.with_suffix(".png"), out.with_suffix(".json")
-    write_contact_sheet(frames, sheet)
+    write_contact_sheet(frames, sheet, comment=info.get("note"))
     write_json({**info, "video": str(video), "contact_sheet": str(sheet), "fallback": fallback}, sidecar)
     return [video, sheet, sidecar], fallback

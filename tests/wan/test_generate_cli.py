@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from PIL import Image
 
 pytest.importorskip("torch")
@@ -137,3 +138,12 @@ def test_generate_from_diffusers_layout_checkpoint(tmp_path, diffusers_dit):
     assert info["random_weights"] is False and info["note"] is None and info["checkpoint"] == str(root)
     reader = imageio_ffmpeg.read_frames(str(out))
     assert reader.__next__()["size"] == (32, 32) and len(list(reader)) == 5
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU default")
+def test_random_weights_on_a_cpu_default_to_the_tiny_preset(tmp_path):
+    out = tmp_path / "x.mp4"
+    r = wanscope("generate", "--random-weights", "--prompt", "a cat", "--steps", "1", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    info = json.loads(out.with_suffix(".json").read_text())
+    assert (info["preset"], info["height"], info["width"], info["frames"]) == ("tiny", 64, 64, 5)

@@ -39,8 +39,9 @@ def parse_size(text: str) -> tuple[int, int]:
 @click.command()
 @click.option("--checkpoint", type=click.Path(path_type=Path), help="Wan2.1 checkpoint folder, official or diffusers layout.")
 @click.option("--random-weights", is_flag=True, help="No checkpoint: random weights and a byte-level stand-in tokenizer (timing/profiling).")
-@click.option("--preset", type=click.Choice(sorted(PRESETS)), default="wan2.1-t2v-1.3b", show_default=True,
-              help="Model sizes for --random-weights and the text encoder/VAE; a checkpoint's config.json sets the DiT.")
+@click.option("--preset", type=click.Choice(sorted(PRESETS)), default=None,
+              help="Model sizes for --random-weights and the text encoder/VAE; a checkpoint's config.json sets "
+                   "the DiT. Default: wan2.1-t2v-1.3b, or tiny with --random-weights on a machine without CUDA.")
 @click.option("--prompt", required=True, help="What to generate.")
 @click.option("--negative-prompt", default=None, help="Default: the official T2V negative prompt.")
 @click.option("--size", default=None, help="WIDTHxHEIGHT, multiples of 16. Default: the preset's (832x480).")
@@ -84,10 +85,12 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
     if parallel is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UsageError(f"launched as {os.environ['WORLD_SIZE']} processes without --parallel; "
                          f"give --parallel {'|'.join(PARALLEL_MODES)}")
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if preset is None:  # random 1.3B weights on a CPU would take minutes per step: tiny, as profile does
+        preset = "tiny" if random_weights and device.type == "cpu" else "wan2.1-t2v-1.3b"
     cfg = get_preset(preset)
     s = cfg.sampling
     height, width = parse_size(size) if size else (s.height, s.width)
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = dtype or ("bf16" if device.type == "cuda" else "fp32")
     req = Request(
         prompt=prompt,

@@ -66,3 +66,15 @@ def test_report_renders_in_chromium(report_dir, tmp_path):
     r = subprocess.run([exe, *CHROMIUM_FLAGS, *profile, "--window-size=1400,5000", f"--screenshot={shot}", url],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and shot.stat().st_size > 50_000
+
+
+def test_run_fields_are_written_for_people():
+    from wanscope.report.html import run_value
+
+    run = json.loads((REPO / "tests" / "data" / "h200_wan21_1p3b_profile_report.json").read_text())["run"]
+    assert run_value(run["peak_memory_bytes"], "peak_memory_bytes") == \
+        "text_encoding: 25.08 GiB, denoising: 5.34 GiB, vae_decode: 9.30 GiB"
+    assert run_value(run["gpu"], "gpu").startswith("name: NVIDIA H200, compute_capability: 9.0, sm_count: 132, "
+                                                   "memory_bytes: 139.80 GiB")
+    assert run_value(run["stage_wall_ns"], "stage_wall_ns") == "text_encoding: 8.200 s, denoising: 12.2 s, vae_decode: 5.221 s"
+    assert (run_value(True), run_value(None), run_value([1, 2, 3])) == ("yes", "-", "1, 2, 3")

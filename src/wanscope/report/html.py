@@ -64,7 +64,9 @@ def _figures(result: dict, segments: list[dict], icicle: list[dict]) -> list[tup
 
         tops = d["top_kernels"]
         fig = go.Figure(go.Bar(x=[k["total_ns"] / 1e6 for k in tops],
-                               y=[k["name"].removeprefix("void ")[:60] for k in tops],
+                               # numbered: kernels whose names share their first 60 characters
+                               # would otherwise be drawn as one bar
+                               y=[f"{i}. {k['name'].removeprefix('void ')[:60]}" for i, k in enumerate(tops, 1)],
                                orientation="h", text=[fmt_pct(k["pct"]) for k in tops],
                                hovertext=[k["name"] for k in tops]))
         fig.update_layout(height=120 + 28 * len(tops), xaxis_title="ms", yaxis={"autorange": "reversed"},
@@ -96,6 +98,25 @@ def _figures(result: dict, segments: list[dict], icicle: list[dict]) -> list[tup
     return figs
 
 
+def run_value(value, key: str = "") -> str:
+    """A ``run`` field as text: byte counts in GiB, ``*_ns`` in time units, nested objects as
+    ``key: value`` lists, booleans as yes/no."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {run_value(v, k if k.endswith(('_bytes', '_ns')) else key)}"
+                         for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(run_value(v, key) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "-"
+    if isinstance(value, (int, float)) and key.endswith("_bytes"):
+        return f"{value / 2**30:.2f} GiB"
+    if isinstance(value, (int, float)) and key.endswith("_ns"):
+        return fmt_ns(value)
+    return str(value)
+
+
 def render_html(result: dict, segments: list[dict], icicle: list[dict], title: str) -> str:
     """The whole page as one string (at most ``MAX_HTML_BYTES`` for realistic traces)."""
     figs = _figures(result, segments, icicle)
@@ -106,6 +127,7 @@ def render_html(result: dict, segments: list[dict], icicle: list[dict], title: s
             lambda name: resources.files("wanscope.report").joinpath("templates", name).read_text()),
         autoescape=True,
     )
+    env.filters["run_value"] = run_value
     env.filters["ns"] = fmt_ns
     env.filters["pct"] = fmt_pct
     return env.get_template("report.html").render(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -40,6 +41,8 @@ def diff(base, new, fmt, top, fail_pct, out):
         raise UsageError("--format html needs --out FILE")
     if fmt != "html" and out is not None:
         raise UsageError("--out is for --format html")
+    if fail_pct is not None and math.isnan(fail_pct):  # FloatRange lets NaN through; it never fires
+        raise UsageError("--fail-if-slower nan: expected a number of percent, e.g. 5")
     result = run(open_traces([base]), open_traces([new]), str(base), str(new), top=top)
     if fmt == "json":
         click.echo(dumps_json(result))
@@ -51,10 +54,16 @@ def diff(base, new, fmt, top, fail_pct, out):
         render_diff(result)
     if fmt == "html":
         from wanscope.report.diff_html import render_diff_html
-        from wanscope.report.write import write_atomic
+        from wanscope.report.write import make_dir, remove_dirs, write_atomic
+        from wanscope.trace.load import expand
 
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(out, render_diff_html(result, f"wanscope diff: {Path(base).name} vs {Path(new).name}"))
+        page = render_diff_html(result, f"wanscope diff: {Path(base).name} vs {Path(new).name}")
+        created = make_dir(out.parent)
+        try:
+            write_atomic(out, page, inputs=expand([base, new]))
+        except BaseException:
+            remove_dirs(created)
+            raise
         click.echo(f"wrote {out}")
     if fail_pct is not None:
         change = result["delta"]["time_change_pct"]

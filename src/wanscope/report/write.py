@@ -61,20 +61,41 @@ def write_all(files: dict[Path, str], inputs=()) -> None:
         raise
 
 
-def make_dir(path: Path) -> bool:
-    """Create ``path`` (and its parents); returns whether it was created.
+def make_dir(path: Path) -> list[Path]:
+    """Create ``path`` and missing parents; returns the directories created, outermost first
+    (for ``remove_dirs`` when what goes in them fails).
 
     Raises:
         InputError: it cannot be created (under a file, on a read-only or virtual file
             system, no permission).
     """
-    if path.is_dir():
-        return False
-    try:
-        path.mkdir(parents=True)
-    except OSError as e:
-        raise InputError(path, f"cannot create the directory: {e.strerror or e}") from None
-    return True
+    missing = []
+    p = path
+    while not p.is_dir():
+        if p.exists() or p.is_symlink():
+            raise InputError(p, "exists and is not a directory")
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    created = []
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+        except OSError as e:
+            remove_dirs(created)
+            raise InputError(d, f"cannot create the directory: {e.strerror or e}") from None
+        created.append(d)
+    return created
+
+
+def remove_dirs(created: list[Path]) -> None:
+    """Remove directories ``make_dir`` created, innermost first, where they are empty."""
+    for d in reversed(created):
+        try:
+            d.rmdir()
+        except OSError:
+            return
 
 
 def write_report(con, result: dict, out_dir: Path, title: str, scope: Scope | None = None,
@@ -89,10 +110,6 @@ def write_report(con, result: dict, out_dir: Path, title: str, scope: Scope | No
     try:
         write_all({json_path: dumps_json(result), html_path: page}, inputs)
     except BaseException:
-        if created:
-            try:
-                out_dir.rmdir()
-            except OSError:
-                pass
+        remove_dirs(created)
         raise
     return json_path, html_path

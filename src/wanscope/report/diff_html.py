@@ -6,13 +6,10 @@ Triton kernels and the eager ops they replaced. Rendered from ``templates/diff.h
 
 from __future__ import annotations
 
-from importlib import resources
-
-import jinja2
-
 from wanscope.analysis.fused import KINDS
 from wanscope.report.diff_text import DEFINITIONS, TIME_LABELS, ops_text, signed_count, signed_ns, signed_pp
-from wanscope.report.units import fmt_ns, fmt_pct
+from wanscope.report.html import render_page
+from wanscope.report.units import fmt_pct
 
 
 def _figures(result: dict) -> list[tuple[str, str, object]]:
@@ -47,15 +44,8 @@ def _figures(result: dict) -> list[tuple[str, str, object]]:
 
 def render_diff_html(result: dict, title: str) -> str:
     """The whole page as one string."""
-    plots = [{"id": fid, "title": t, "json": fig.to_json()} for fid, t, fig in _figures(result)]
-    plotly_js = resources.files("plotly").joinpath("package_data/plotly.min.js").read_text()
-    env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(
-            lambda name: resources.files("wanscope.report").joinpath("templates", name).read_text()),
-        autoescape=True,
-    )
-    env.filters.update(ns=fmt_ns, pct=fmt_pct, signed_ns=signed_ns, signed_count=signed_count,
-                       signed_pp=signed_pp, ops=ops_text)
-    return env.get_template("diff.html").render(
-        title=title, result=result, plots=plots, plotly_js=plotly_js, kinds=KINDS,
-        time_label=TIME_LABELS[result["time_basis"]], definitions=DEFINITIONS)
+    return render_page(
+        "diff.html", _figures(result),
+        {"signed_ns": signed_ns, "signed_count": signed_count, "signed_pp": signed_pp, "ops": ops_text},
+        title=title, result=result, kinds=KINDS, time_label=TIME_LABELS[result["time_basis"]],
+        definitions=DEFINITIONS)

@@ -9,7 +9,6 @@ rank and the slowest rank per step. The page is rendered from the Jinja2 templat
 
 from __future__ import annotations
 
-import html
 from importlib import resources
 
 import jinja2
@@ -117,9 +116,10 @@ def run_value(value, key: str = "") -> str:
     return str(value)
 
 
-def render_html(result: dict, segments: list[dict], icicle: list[dict], title: str) -> str:
-    """The whole page as one string (at most ``MAX_HTML_BYTES`` for realistic traces)."""
-    figs = _figures(result, segments, icicle)
+def render_page(template: str, figs: list[tuple[str, str, object]], filters: dict, **context) -> str:
+    """``templates/<template>`` (a child of ``base.html``) as one string, with plotly.js inlined and
+    ``figs`` ((element id, title, plotly figure)) as its ``plots``; the filters ``ns`` and ``pct``
+    and ``filters`` are available to it."""
     plots = [{"id": fid, "title": t, "json": fig.to_json()} for fid, t, fig in figs]
     plotly_js = resources.files("plotly").joinpath("package_data/plotly.min.js").read_text()
     env = jinja2.Environment(
@@ -127,9 +127,11 @@ def render_html(result: dict, segments: list[dict], icicle: list[dict], title: s
             lambda name: resources.files("wanscope.report").joinpath("templates", name).read_text()),
         autoescape=True,
     )
-    env.filters["run_value"] = run_value
-    env.filters["ns"] = fmt_ns
-    env.filters["pct"] = fmt_pct
-    return env.get_template("report.html").render(
-        title=title, result=result, plots=plots, plotly_js=plotly_js, escape=html.escape,
-        ranks_definitions=RANKS_DEFINITIONS)
+    env.filters.update(ns=fmt_ns, pct=fmt_pct, **filters)
+    return env.get_template(template).render(plots=plots, plotly_js=plotly_js, **context)
+
+
+def render_html(result: dict, segments: list[dict], icicle: list[dict], title: str) -> str:
+    """The whole page as one string (at most ``MAX_HTML_BYTES`` for realistic traces)."""
+    return render_page("report.html", _figures(result, segments, icicle), {"run_value": run_value},
+                       title=title, result=result, ranks_definitions=RANKS_DEFINITIONS)

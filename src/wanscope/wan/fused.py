@@ -79,6 +79,17 @@ def cross_attention(attn, h, ctx, backend):
     return attn.o(attn.attend(q, k, v, backend).flatten(2))
 
 
+def add_norm3(block, x, y, gate, dtype):
+    """The gated self-attention residual and the cross-attention input: x [B, L, C] residual
+    stream, y [B, L, C] attention output, gate [B, C] fp32. Returns (x + gate * y, its ``norm3``
+    LayerNorm in ``dtype``, or the plain cast where the block has no ``cross_attn_norm``)."""
+    n3 = block.norm3
+    if n3 is None:
+        x = gated_add(x, y, gate)
+        return x, x.to(dtype)
+    return norm_modulate(x, residual=y, gate=gate, weight=n3.weight, bias=n3.bias, eps=n3.eps, out_dtype=dtype)
+
+
 def block_forward(block, x, e, context, rope, backend):
     """``dit.Block.forward`` on fused kernels; same arguments and result."""
     dtype, eps = context.dtype, block.norm1.eps
@@ -88,13 +99,7 @@ def block_forward(block, x, e, context, rope, backend):
         h = norm_modulate(x, shift=shift, scale=scale, eps=eps, out_dtype=dtype)
         y = self_attention(block.self_attn, h, rope, backend)
     with ranges.named_range(ranges.CROSS_ATTN):
-        n3 = block.norm3
-        if n3 is None:
-            x = gated_add(x, y, gate)
-            h = x.to(dtype)
-        else:
-            x, h = norm_modulate(x, residual=y, gate=gate, weight=n3.weight, bias=n3.bias, eps=n3.eps,
-                                 out_dtype=dtype)
+        x, h = add_norm3(block, x, y, gate, dtype)
         y = cross_attention(block.cross_attn, h, context, backend)
     with ranges.named_range(ranges.FFN):
         x, h = norm_modulate(x, residual=y, shift=c_shift, scale=c_scale, eps=eps, out_dtype=dtype)

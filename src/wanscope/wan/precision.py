@@ -136,6 +136,7 @@ def _attend(attn, fast: FastBlock, q, k, v, backend):
 def fast_block_forward(block, x, e, context, rope, backend):
     """``fused.block_forward`` with the block's ``fast`` choices; same arguments and result."""
     from wanscope.kernels import gated_add, norm_modulate, rms_norm_rope
+    from wanscope.wan.fused import add_norm3
 
     fast, dtype, eps = block.fast, context.dtype, block.norm1.eps
     sa, ca = block.self_attn, block.cross_attn
@@ -150,13 +151,7 @@ def fast_block_forward(block, x, e, context, rope, backend):
         v = qkv[..., 2 * c :].unflatten(-1, (n, -1))  # [B, L, N, D] view
         y = _linear(fast, "o", sa.o.weight, sa.o.bias, _attend(sa, fast, q, k, v, backend).flatten(2))
     with ranges.named_range(ranges.CROSS_ATTN):
-        n3 = block.norm3
-        if n3 is None:
-            x = gated_add(x, y, gate)
-            h = x.to(dtype)
-        else:
-            x, h = norm_modulate(x, residual=y, gate=gate, weight=n3.weight, bias=n3.bias, eps=n3.eps,
-                                 out_dtype=dtype)
+        x, h = add_norm3(block, x, y, gate, dtype)
         q = rms_norm_rope(_linear(fast, "cross_q", ca.q.weight, ca.q.bias, h), ca.norm_q.weight, None, n,
                           ca.norm_q.eps)  # [B, L, N, D]
         kv = F.linear(context, ca.fused_weight, ca.fused_bias)  # [B, Lc, 2C]

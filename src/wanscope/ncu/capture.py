@@ -11,7 +11,6 @@ the details page and the raw page from the report, both in base units
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import subprocess
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wanscope.errors import WanscopeError
+from wanscope.nsight import find_on_path_or_install
 
 SECTIONS = (
     "SpeedOfLight",
@@ -60,14 +60,10 @@ def find_ncu(explicit: str | None = None) -> str:
             if shutil.which(candidate):
                 return shutil.which(candidate)
             raise CaptureError(f"ncu not found at {candidate}")
-    found = shutil.which("ncu")
-    if found:
-        return found
-    for pattern in NCU_GLOBS:
-        hits = sorted(glob.glob(pattern))
-        if hits:
-            return hits[-1]
-    raise CaptureError("ncu (Nsight Compute) not found: install it, put it on PATH, or pass --ncu PATH")
+    found = find_on_path_or_install("ncu", NCU_GLOBS)
+    if not found:
+        raise CaptureError("ncu (Nsight Compute) not found: install it, put it on PATH, or pass --ncu PATH")
+    return found
 
 
 def ncu_command(

@@ -15,13 +15,13 @@ are renamed to ``trace.nsys-rep`` and ``trace.sqlite`` once both exist.
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
 from wanscope.errors import WanscopeError
+from wanscope.nsight import find_on_path_or_install
 
 NSYS_FLAGS = (
     "-t", "cuda,nvtx,osrt", "-s", "none", "--cpuctxsw=none",
@@ -60,14 +60,10 @@ def find_nsys() -> str:
         if not found:
             raise NsysError(f"NSYS={explicit}: not an executable")
         return found
-    found = shutil.which("nsys")
-    if found:
-        return found
-    for pattern in NSYS_GLOBS:
-        hits = sorted(glob.glob(pattern))
-        if hits:
-            return hits[-1]
-    raise NsysError(HOW_TO_GET)
+    found = find_on_path_or_install("nsys", NSYS_GLOBS)
+    if not found:
+        raise NsysError(HOW_TO_GET)
+    return found
 
 
 def nsys_command(nsys: str, stem: Path, child: list[str]) -> list[str]:

@@ -18,7 +18,7 @@ import torch
 
 from wanscope.errors import InputError
 from wanscope.wan.config import TextEncoderConfig
-from wanscope.wan.weights import assign_state_dict
+from wanscope.wan.weights import assign_state_dict, read_pth
 
 # official t5.py T5Encoder key -> transformers UMT5EncoderModel key (our table from both layouts;
 # the official FFN is fc1(x) * gelu(gate(x)), transformers' is wi_1(x) * gelu(wi_0(x))).
@@ -105,14 +105,6 @@ def umt5_config(cfg: TextEncoderConfig):
     )
 
 
-def _official_state(path: Path) -> dict[str, torch.Tensor]:
-    try:
-        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except Exception as e:  # torch raises several types for a bad file
-        raise InputError(path, f"not a readable PyTorch state dict ({e.__class__.__name__})") from None
-    return {hf_key(k): v for k, v in state.items()}
-
-
 def load_umt5(path: Path | None, cfg: TextEncoderConfig, dtype: torch.dtype, device) -> torch.nn.Module:
     """The UMT5 encoder, from an official ``.pth``, a transformers folder, or random (None).
 
@@ -133,7 +125,8 @@ def load_umt5(path: Path | None, cfg: TextEncoderConfig, dtype: torch.dtype, dev
         return model.to(dtype).eval().requires_grad_(False)
     with torch.device("meta"):
         model = UMT5EncoderModel(umt5_config(cfg))
-    assign_state_dict(model, _official_state(Path(path)), Path(path), device, dtype_of=lambda name, p: dtype)
+    state = {hf_key(k): v for k, v in read_pth(Path(path)).items()}
+    assign_state_dict(model, state, Path(path), device, dtype_of=lambda name, p: dtype)
     return model.eval().requires_grad_(False)
 
 

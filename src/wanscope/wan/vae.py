@@ -14,7 +14,7 @@ import torch
 
 from wanscope.errors import InputError
 from wanscope.wan.config import VAEConfig
-from wanscope.wan.weights import assign_state_dict
+from wanscope.wan.weights import assign_state_dict, read_pth
 
 
 def _build(cfg: VAEConfig):
@@ -47,10 +47,7 @@ def load_vae(path: Path | None, cfg: VAEConfig, dtype: torch.dtype, device) -> t
         return vae.to(dtype).eval().requires_grad_(False)
     from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
 
-    try:
-        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except Exception as e:  # torch raises several types for a bad file
-        raise InputError(path, f"not a readable PyTorch state dict ({e.__class__.__name__})") from None
+    state = read_pth(Path(path))
     with torch.device("meta"):
         vae = _build(cfg)
     assign_state_dict(vae, convert_wan_vae_to_diffusers(state), Path(path), device, lambda n, p: dtype)

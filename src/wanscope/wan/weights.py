@@ -221,6 +221,19 @@ def read_safetensors(files: list[Path]) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def read_pth(path: Path) -> dict[str, torch.Tensor]:
+    """A PyTorch state dict file (the official T5 and VAE ``.pth``), memory-mapped on the CPU,
+    tensors only (``weights_only``).
+
+    Raises:
+        InputError: not a readable state dict.
+    """
+    try:
+        return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception as e:  # torch raises several types for a bad file
+        raise InputError(path, f"not a readable PyTorch state dict ({e.__class__.__name__})") from None
+
+
 def _summarize(keys: list[str], limit: int = 8) -> str:
     shown = ", ".join(keys[:limit])
     return shown + (f", ... ({len(keys)} in all)" if len(keys) > limit else "")

@@ -40,7 +40,6 @@ _IDENTITY = {
     "Stream", "Block Size", "Grid Size", "Device", "CC",
 }
 _DETAILS_REQUIRED = ("ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value")
-_RULE_COLUMNS = ("Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
 
 
 def read_report(path: str | Path) -> NcuReport:

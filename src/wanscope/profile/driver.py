@@ -34,7 +34,6 @@ from wanscope.wan.pipeline import (Components, Request, denoise, encode_prompts,
 from wanscope.wan.sampler import FlowSampler, flow_schedule
 from wanscope.clitools import console as make_console
 
-STAGES = ("text_encoding", "denoising", "vae_decode")
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 

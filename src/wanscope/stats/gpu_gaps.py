@@ -15,7 +15,7 @@ documented intent), which differs only when more than ``rows`` gaps pass the thr
 from __future__ import annotations
 
 from wanscope.stats.gpu_ops import CONTEXT_SQL, OPS_SQL, require_activity
-from wanscope.stats.report import Report
+from wanscope.stats.report import Report, limit_sql
 
 COLUMNS = ["Row#", "Duration (ns)", "Start (ns)", "PID", "Device ID", "Context ID"]
 DEFAULT_GAP_MS = 500
@@ -26,7 +26,7 @@ def gpu_gaps(con, gap_ms: int = DEFAULT_GAP_MS, rows: int = DEFAULT_ROWS) -> Rep
     """Args: gap_ms: minimum gap, ms (a gap must be longer); rows: at most this many
     rows, 0 for all. Raises NoDataError when no GPU activity was captured."""
     require_activity(con)
-    limit = f"LIMIT {int(rows)}" if rows > 0 else ""
+    limit = limit_sql(rows)
     result = con.execute(
         f"""
         WITH ops AS ({OPS_SQL}),

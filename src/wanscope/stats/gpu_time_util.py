@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from wanscope.errors import UsageError
 from wanscope.stats.gpu_ops import CONTEXT_SQL, OPS_SQL, require_activity
-from wanscope.stats.report import Report
+from wanscope.stats.report import Report, limit_sql
 
 COLUMNS = ["Row#", "In-Use (%)", "Duration (ns)", "Start (ns)", "PID", "Device ID", "Context ID"]
 DEFAULT_THRESHOLD_PCT = 50
@@ -36,7 +36,7 @@ def gpu_time_util(con, threshold: int = DEFAULT_THRESHOLD_PCT, chunks: int = DEF
     if not 1 <= chunks <= 1000:
         raise UsageError(f"--chunks must be between 1 and 1000, not {chunks}")
     require_activity(con)
-    limit = f"LIMIT {int(rows)}" if rows > 0 else ""
+    limit = limit_sql(rows)
     result = con.execute(
         f"""
         WITH ops AS ({OPS_SQL}),

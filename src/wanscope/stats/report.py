@@ -28,3 +28,9 @@ class Report:
     columns: list[str]
     rows: list[tuple]
     empty_message: str | None = None
+
+
+def limit_sql(rows: int) -> str:
+    """``LIMIT rows`` for the rules' ``--rows`` (0: no limit). A count beyond 64 bits means
+    every row, as any count above the number of rows does; DuckDB rejects it as a LIMIT."""
+    return f"LIMIT {min(int(rows), 2**63 - 1)}" if rows > 0 else ""

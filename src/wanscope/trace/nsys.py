@@ -52,6 +52,13 @@ _API_VERSION_SUFFIX = re.compile(r"_v\d{4,}$")
 ID_STRIDE = 10**12  # cpu_ops.id = source_id * ID_STRIDE + row number
 
 
+def _integers(*columns: str) -> str:
+    """SQLite condition: every column holds an integer. SQLite stores whatever a writer
+    gives it, so a damaged export can hold text, reals or blobs where nsys writes integers;
+    such a record is excluded and counted like any record without usable times."""
+    return " AND ".join(f"typeof({c}) = 'integer'" for c in columns)
+
+
 def api_name(raw_name: str) -> str:
     """A CUDA API name without its trailing version suffix: ``cudaMalloc_v3020`` ->
     ``cudaMalloc``, ``cudaGetDeviceProperties_v2_v12000`` -> ``cudaGetDeviceProperties_v2``;
@@ -77,6 +84,10 @@ def ingest(con: duckdb.DuckDBPyConnection, path, source_id: int, kernel_names: s
         _Ingest(con, export, path, source_id, kernel_names).run()
     except sqlite3.DatabaseError as e:
         raise InputError(path, f"cannot read the export ({e}); truncated or corrupt?") from None
+    except (duckdb.Error, TypeError, ValueError, OverflowError) as e:
+        # Values of a type nsys never writes (a name that is a blob, a device id that is a
+        # huge real): the export is damaged beyond what per-record counting can absorb.
+        raise InputError(path, f"values nsys never writes in the export ({str(e).splitlines()[0][:100]}); corrupt?") from None
     finally:
         export.con.close()
 
@@ -120,14 +131,17 @@ class _Ingest:
     def _timed(self, table: str, alias: str = "") -> str:
         """WHERE clause selecting the records of ``table`` (named ``alias`` in the query)
         with usable times, after counting the others into the warnings."""
+        ints = _integers("start", '"end"')
         no_timing, backwards = self.export.con.execute(
-            f'SELECT count(*) FILTER (WHERE start = 0 OR "end" = 0), '
-            f'count(*) FILTER (WHERE start <> 0 AND "end" <> 0 AND "end" < start) FROM "{table}"'
+            f'SELECT count(*) FILTER (WHERE NOT ({ints}) OR start <= 0 OR "end" <= 0), '
+            f'count(*) FILTER (WHERE {ints} AND start > 0 AND "end" > 0 AND "end" < start) FROM "{table}"'
         ).fetchone()
         self._warn("no_timing", no_timing)
         self._warn("end_before_start", backwards)
         p = f"{alias}." if alias else ""
-        return f'{p}start <> 0 AND {p}"end" <> 0 AND {p}"end" >= {p}start'
+        start, end = f"{p}start", f'{p}"end"'
+        # integers, start > 0 and end >= start: end - start fits in 64 bits
+        return f"{_integers(start, end)} AND {start} > 0 AND {end} >= {start}"
 
     # --- ranks ----------------------------------------------------------------------
 
@@ -209,12 +223,18 @@ class _Ingest:
         table = self.export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
         if not table:
             return
-        backwards = self.export.con.execute(f'SELECT count(*) FROM "{table}" WHERE "end" < start').fetchone()[0]
+        ints = _integers("start", '"end"')
+        no_timing, backwards = self.export.con.execute(
+            f'SELECT count(*) FILTER (WHERE NOT ({ints}) OR start < 0), '
+            f'count(*) FILTER (WHERE {ints} AND start >= 0 AND "end" < start) FROM "{table}"'
+        ).fetchone()
+        self._warn("no_timing", no_timing)
         self._warn("end_before_start", backwards)
         rows = []
         for raw, pid, tid, s, e, corr in self.export.con.execute(
             f"""SELECT s.value, (r.globalTid >> 24) & 16777215, r.globalTid & 16777215, r.start, r."end", r.correlationId
-                FROM "{table}" AS r JOIN StringIds AS s ON s.id = r.nameId WHERE r."end" >= r.start"""
+                FROM "{table}" AS r JOIN StringIds AS s ON s.id = r.nameId
+                WHERE {_integers("r.start", 'r."end"')} AND r.start >= 0 AND r."end" >= r.start"""
         ):
             kind = "runtime" if raw.startswith("cuda") else "driver"
             rows.append((kind, api_name(raw), raw, pid, tid, s, e, corr))
@@ -268,8 +288,10 @@ class _Ingest:
         }
         types = ", ".join(map(str, nsys_export.NVTX_RANGE_STYLES))
         unterminated, zero, backwards = con.execute(
-            f"""SELECT count(*) FILTER (WHERE "end" IS NULL), count(*) FILTER (WHERE start = 0),
-                       count(*) FILTER (WHERE "end" < start)
+            f"""SELECT count(*) FILTER (WHERE "end" IS NULL),
+                       count(*) FILTER (WHERE typeof(start) <> 'integer' OR start <= 0
+                                        OR ("end" IS NOT NULL AND typeof("end") <> 'integer')),
+                       count(*) FILTER (WHERE {_integers("start", '"end"')} AND start > 0 AND "end" < start)
                 FROM "{table}" WHERE eventType IN ({types})"""
         ).fetchone()
         self._warn("unterminated_range", unterminated)
@@ -281,7 +303,7 @@ class _Ingest:
                 f"""SELECT n.eventType, coalesce(n.text, s.value), (n.globalTid >> 24) & 16777215, n.globalTid & 16777215,
                            n.domainId, n.start, n."end"
                     FROM "{table}" AS n LEFT JOIN StringIds AS s ON s.id = n.{text_id}
-                    WHERE n.eventType IN ({types}) AND n."end" IS NOT NULL AND n.start <> 0 AND n."end" >= n.start
+                    WHERE n.eventType IN ({types}) AND {_integers("n.start", 'n."end"')} AND n.start > 0 AND n."end" >= n.start
                     ORDER BY n.start, n.rowid"""
             )
         ):
@@ -310,7 +332,8 @@ class _Ingest:
             return
         rows = self.export.con.execute(
             f"""SELECT s.value, (o.globalTid >> 24) & 16777215, o.globalTid & 16777215, o.start, o."end"
-                FROM "{table}" AS o LEFT JOIN StringIds AS s ON s.id = o.nameId WHERE o."end" >= o.start"""
+                FROM "{table}" AS o LEFT JOIN StringIds AS s ON s.id = o.nameId
+                WHERE {_integers("o.start", 'o."end"')} AND o.start >= 0 AND o."end" >= o.start"""
         ).fetchall()
         self._insert(
             "profiler_overhead",

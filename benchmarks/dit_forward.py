@@ -58,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch  # noqa: E402
 
+from _common import rel_l2, sync, time_ms, version, write_result  # noqa: E402
 from wanscope.wan.config import DiTConfig, get_preset  # noqa: E402
 from wanscope.wan.dit import WanDiT  # noqa: E402
 from wanscope.wan.pipeline import denoise  # noqa: E402
@@ -95,42 +96,6 @@ def diffusers_bf16(model, dtype):
     return model
 
 
-def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
-
-
-class Timer:
-    """Per-call wall times in ms: CUDA events on the GPU, perf_counter on the CPU."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.pairs = []
-
-    def __call__(self, fn):
-        if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            out = fn()
-            end.record()
-            self.pairs.append((start, end))
-        else:
-            t0 = time.perf_counter()
-            out = fn()
-            self.pairs.append((t0, time.perf_counter()))
-        return out
-
-    def times_ms(self) -> list[float]:
-        if self.cuda:
-            torch.cuda.synchronize()
-            return [s.elapsed_time(e) for s, e in self.pairs]
-        return [(e - s) * 1e3 for s, e in self.pairs]
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def measure(name, fn, device, warmup, repeats, ref, flops, peak_tflops):
     """Warm up (wall time reported as ``warmup_s``), then time ``repeats`` calls; peak memory
     over the timed calls."""
@@ -143,10 +108,7 @@ def measure(name, fn, device, warmup, repeats, ref, flops, peak_tflops):
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-    timer = Timer(device)
-    for _ in range(repeats):
-        out = timer(fn)
-    times = timer.times_ms()
+    times, out = time_ms(fn, device, 0, repeats)
     median = statistics.median(times)
     row = {
         "name": name,
@@ -175,12 +137,8 @@ def matmul_tflops(device: torch.device, fallback: float) -> float:
         return fallback
     a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    timer = Timer(device)
-    for _ in range(10):
-        timer(lambda: a @ b)
-    return 2 * 8192**3 / (statistics.median(timer.times_ms()) * 1e-3) / 1e12
+    times, _ = time_ms(lambda: a @ b, device, 3, 10)
+    return 2 * 8192**3 / (statistics.median(times) * 1e-3) / 1e12
 
 
 def attention_kernels(fn, device: torch.device) -> dict[str, dict]:
@@ -377,7 +335,7 @@ def main(argv=None) -> dict:
         "dtype": str(dtype).removeprefix("torch."),
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
-        "triton": _version("triton"),
+        "triton": version("triton"),
         "diffusers": diffusers_version,
         "attention": args.attention,
         "flops_per_forward": flops,
@@ -393,11 +351,7 @@ def main(argv=None) -> dict:
         "cfg_step": cfg_rows,
         "smoke": args.smoke,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"dit_forward-{today}{'-smoke' if args.smoke else ''}.json"
-    tmp = args.out / f".{path.name}.partial"
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, path)
+    path = write_result(args.out, "dit_forward", result)
 
     print(f"{result['device']}  torch {torch.__version__}  triton {result['triton']}  diffusers {diffusers_version}  "
           f"{preset.name}  latents {list(shape)}  L={tokens}  {result['dtype']}")
@@ -424,13 +378,6 @@ def main(argv=None) -> dict:
                       **{r["name"]: {k: r.get(k) for k in ("ms", "ratio_vs_best_compile", "rel_l2_error")}
                          for r in rows}}))
     return result
-
-
-def _version(module: str) -> str | None:
-    try:
-        return __import__(module).__version__
-    except ImportError:
-        return None
 
 
 if __name__ == "__main__":

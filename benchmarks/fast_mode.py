@@ -30,7 +30,6 @@ import argparse
 import datetime
 import json
 import math
-import os
 import statistics
 import sys
 import time
@@ -43,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from _common import rel_l2, time_ms, version, write_result  # noqa: E402
 from wanscope.wan.config import get_preset  # noqa: E402
 from wanscope.wan.dit import WanDiT  # noqa: E402
 from wanscope.wan.precision import FastConfig, apply_fast_mode  # noqa: E402
@@ -55,38 +55,6 @@ VARIANTS = {
     "fast: INT8 attention only": FastConfig(linears=()),
     "fast: all, fast accum": FastConfig(fast_accum=True),
 }
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def time_ms(fn, device, warmup: int, repeats: int) -> tuple[list[float], object]:
-    """Per-call times (CUDA events on the GPU, perf_counter on the CPU) after ``warmup`` calls."""
-    for _ in range(warmup):
-        out = fn()
-    sync(device)
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            out = fn()
-            end.record()
-            times.append((start, end))
-        else:
-            t0 = time.perf_counter()
-            out = fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    sync(device)
-    if device.type == "cuda":
-        times = [s.elapsed_time(e) for s, e in times]
-    return times, out
-
-
-def rel_l2(out, ref) -> float:
-    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
 def attention_f64(q, k, v, chunk: int = 4096) -> torch.Tensor:
@@ -265,12 +233,7 @@ def main(argv=None) -> dict:
               "latents": list(shape), "tokens": tokens, "smoke": args.smoke, "torch": torch.__version__,
               "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
               "best_compile_ms": args.best_compile_ms}
-    try:
-        import triton
-
-        result["triton"] = triton.__version__
-    except ImportError:
-        result["triton"] = None
+    result["triton"] = version("triton")
     sections = (("forward", lambda: forward_section(args, device, replace(cfg), shape, cfg.text_len)),
                 ("attention", lambda: attention_section(args, device, 1, tokens, cfg.num_heads, cfg.head_dim)),
                 ("kernels", lambda: kernel_section(args, device, tokens, cfg)))
@@ -285,11 +248,7 @@ def main(argv=None) -> dict:
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"fast_mode-{result['date']}{'-smoke' if args.smoke else ''}.json"
-    tmp = args.out / f".{path.name}.partial"
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, path)
+    path = write_result(args.out, "fast_mode", result)
 
     print(f"{result['device']}  torch {torch.__version__}  triton {result['triton']}  {preset.name}  "
           f"L={tokens}  best compile {args.best_compile_ms} ms (from dit_forward.py)")

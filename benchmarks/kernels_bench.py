@@ -24,10 +24,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import statistics
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -37,6 +35,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from _common import time_ms, write_result  # noqa: E402
 from wanscope.kernels import gated_add, norm_modulate, rms_norm_rope  # noqa: E402
 from wanscope.kernels import norm_modulate as nm_mod  # noqa: E402
 from wanscope.kernels import rms_norm_rope as rr_mod  # noqa: E402
@@ -51,26 +50,9 @@ rr_ref = sys.modules["wanscope.kernels.rms_norm_rope"].reference
 del nm_mod, rr_mod
 
 
-def time_ms(fn, device, repeats: int) -> float:
-    for _ in range(3):
-        fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        pairs = []
-        for _ in range(repeats):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            pairs.append((s, e))
-        torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in pairs)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+def median_ms(fn, device, repeats: int) -> float:
+    """Median of ``repeats`` timed calls after 3 warm-up calls."""
+    return statistics.median(time_ms(fn, device, 3, repeats)[0])
 
 
 def nbytes(*tensors) -> int:
@@ -175,7 +157,7 @@ def attention_layouts(device, l, c, n, repeats):
     rows = []
     for name, fn in layouts.items():
         try:
-            ms = time_ms(fn, device, repeats)
+            ms = median_ms(fn, device, repeats)
             kernel = None
             if device.type == "cuda":
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -213,8 +195,8 @@ def main(argv=None) -> dict:
                 ref = reference()
                 err, tol = max_err(fused(), ref)
                 torch_err, _ = max_err(unfused(), ref)
-                fused_ms = time_ms(fused, device, args.repeats)
-                torch_ms = time_ms(unfused, device, args.repeats)
+                fused_ms = median_ms(fused, device, args.repeats)
+                torch_ms = median_ms(unfused, device, args.repeats)
                 gbps = moved / (fused_ms * 1e-3) / 1e9
                 row = {"name": name, "fused_ms": round(fused_ms, 4), "torch_ms": round(torch_ms, 4),
                        "speedup": round(torch_ms / fused_ms, 2), "bytes": moved, "fused_gbps": round(gbps, 1),
@@ -242,11 +224,7 @@ def main(argv=None) -> dict:
               "torch": torch.__version__, "triton": __import__("triton").__version__,
               "copy_tbps": COPY_TBPS, "kernels": rows, "gelu_epilogue": gelu_check, "attention_layouts": attn_rows,
               "smoke": args.smoke}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"kernels_bench-{today}{'-smoke' if args.smoke else ''}.json"
-    tmp = args.out / f".{path.name}.partial"
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, path)
+    path = write_result(args.out, "kernels_bench", result)
 
     print(f"{result['device']}  torch {torch.__version__}  triton {result['triton']}  L={l} C={c}")
     header = (f"{'op':48} {'fused ms':>9} {'torch ms':>9} {'x':>6} {'GB/s':>7} {'% copy':>7} {'max err':>9} "

@@ -122,6 +122,12 @@ def ncu(reports, kernel_regex, kernel_regex_b, fmt):
     (e.g. two attention backends); pass the same report twice with --kernel and
     --kernel-b to compare two kernels of one report.
     """
+    for option, regex in (("--kernel", kernel_regex), ("--kernel-b", kernel_regex_b)):
+        if regex is not None:  # checked here, where the option that holds it is known
+            try:
+                re.compile(regex)
+            except re.error as e:
+                raise UsageError(f"{option} {regex!r} is not a regular expression: {e}") from None
     if len(reports) > 2:
         raise UsageError(f"wanscope ncu takes one report, or two to compare; got {len(reports)}")
     if len(reports) == 1:

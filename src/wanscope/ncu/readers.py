@@ -24,9 +24,10 @@ from __future__ import annotations
 import csv
 import io
 import re
+import stat
 from pathlib import Path
 
-from wanscope.errors import InputError
+from wanscope.errors import InputError, file_kind
 from wanscope.ncu.model import CURVE_METRICS, KernelProfile, Metric, NcuReport, RuleResult, labels_for, name_for
 from wanscope.ncu.units import base_unit, parse_value
 
@@ -50,7 +51,11 @@ def read_report(path: str | Path) -> NcuReport:
     """
     p = Path(path)
     try:
-        head = p.open("rb").read(4)
+        mode = p.stat().st_mode
+        if not stat.S_ISREG(mode):  # a FIFO would block, /dev/zero never end
+            raise InputError(path, f"is {file_kind(mode)}, not a regular file")
+        with p.open("rb") as f:
+            head = f.read(4)
     except OSError as e:
         raise InputError(path, f"cannot read: {e.strerror or e}") from None
     if head == NCU_REP_MAGIC:
@@ -95,7 +100,7 @@ def _not_ncu_reason(text: str) -> str:
 
 def _csv_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = path.read_bytes().decode("utf-8-sig")  # a BOM where Excel saved it
     except OSError as e:
         raise InputError(path, f"cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError:

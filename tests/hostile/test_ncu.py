@@ -1,0 +1,78 @@
+"""Hostile inputs to ``wanscope ncu``: Nsight Compute CSVs truncated, with the wrong
+delimiter, from another tool or another encoding, special files, and bad regexes: one
+line naming the file (or the option), exit code 2, no traceback, no hang."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from hostile_cli import REPO, assert_one_line_error, run_cli
+
+CSV = REPO / "tests" / "data" / "ncu" / "h200_fa2_attn_480p.details.csv"
+RAW = REPO / "tests" / "data" / "ncu" / "h200_fa2_attn_480p.raw.csv"
+
+
+def diagnosis(path) -> dict:
+    r = run_cli("ncu", path, "--format", "json")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    return json.loads(r.stdout)
+
+
+def test_fifo_is_refused_without_hanging(tmp_path):
+    fifo = tmp_path / "report.csv"
+    os.mkfifo(fifo)
+    assert_one_line_error(run_cli("ncu", fifo, timeout=20), fifo, "not a regular file")
+
+
+def test_endless_device_is_refused():
+    assert_one_line_error(run_cli("ncu", "/dev/zero", timeout=20, memory_gb=2), "/dev/zero", "not a regular file")
+
+
+def test_directory(tmp_path):
+    assert_one_line_error(run_cli("ncu", tmp_path), tmp_path)
+
+
+@pytest.mark.parametrize("source", [CSV, RAW])
+def test_byte_order_mark_is_fine(tmp_path, source):
+    """Excel and Windows tools save CSV as UTF-8 with a BOM."""
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + source.read_bytes())
+    a, b = diagnosis(source), diagnosis(bom)
+    assert a["kernels"] == b["kernels"]
+
+
+@pytest.mark.parametrize("mutate, problem", [
+    (lambda b: b[: len(b) // 2], "truncated"),
+    (lambda b: b.replace(b'","', b'";"'), "semicolons"),
+    (lambda b: b.replace(b'","', b'"\t"'), "tabs"),
+    (lambda b: b"name,value\nfoo,1\n", "not an Nsight Compute CSV"),
+    (lambda b: b.decode().encode("utf-16"), "not text"),
+    (lambda b: b.split(b"\n")[0] + b"\n", "no rows"),
+    (lambda b: b + b'"1","x\n', "malformed CSV"),
+    (lambda b: b"", "empty"),
+])
+def test_malformed_csv(tmp_path, mutate, problem):
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(mutate(CSV.read_bytes()))
+    assert_one_line_error(run_cli("ncu", bad), bad, problem)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--kernel", "("], "--kernel"),
+    (["--kernel-b", "["], "--kernel-b"),
+    (["--kernel", "flash", "--kernel-b", "(?P<"], "--kernel-b"),
+])
+def test_bad_regex_names_its_option(args, option):
+    line = assert_one_line_error(run_cli("ncu", CSV, CSV, *args), option)
+    assert line.startswith(f"wanscope: error: {option} ")
+
+
+def test_truncated_ncu_rep(tmp_path):
+    from shared_fixtures import shared_fixture
+
+    rep = shared_fixture("ncu/esmm_049ec61_profile_a10g.ncu-rep")
+    cut = tmp_path / "cut.ncu-rep"
+    cut.write_bytes(rep.read_bytes()[:100])
+    assert_one_line_error(run_cli("ncu", cut), cut)

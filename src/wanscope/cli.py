@@ -46,6 +46,12 @@ def cli():
     """wanscope: run Wan2.1 text-to-video fast and find out where GPU time goes."""
 
 
+def _one_line(text: str) -> str:
+    """``text`` with control characters escaped (a newline or an escape sequence in a
+    file name): an error stays one line and cannot drive the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def main(argv=None) -> None:
     """Entry point: typed errors become one line on stderr and exit code 2, no traceback."""
     try:
@@ -54,14 +60,14 @@ def main(argv=None) -> None:
         if isinstance(code, int) and code:
             sys.exit(code)
     except WanscopeError as e:
-        click.echo(f"wanscope: error: {e}", err=True)
+        click.echo(f"wanscope: error: {_one_line(str(e))}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except click.UsageError as e:
         # One line like every other bad input (not click's usage block); help is a -h away.
         hint = f" (see '{e.ctx.command_path} -h')" if e.ctx is not None else ""
-        message = " ".join(e.format_message().split())
+        message = _one_line(" ".join(e.format_message().split()))
         click.echo(f"wanscope: error: {message}{hint}", err=True)
         sys.exit(e.exit_code)
     except click.ClickException as e:

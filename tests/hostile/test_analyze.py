@@ -88,6 +88,14 @@ def test_dangling_symlink_is_no_such_file(tmp_path):
     assert_one_line_error(run_cli("analyze", link), link, "no such file")
 
 
+@pytest.mark.parametrize("name", ["two\nlines.json", "esc\x1b[31mred.json", "tab\there.json"])
+def test_file_names_with_control_characters_stay_on_one_line(tmp_path, name):
+    path = tmp_path / name
+    path.write_bytes(b"")
+    line = assert_one_line_error(run_cli("analyze", path), "empty file")
+    assert "\x1b" not in line and "\t" not in line and repr(name)[1:-1] in line
+
+
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("setpriv"),
                     reason="needs root to run the CLI as another user (root reads mode-000 files)")
 def test_unreadable_file_as_another_user(tmp_path_factory):

@@ -36,24 +36,26 @@ def analyze_json(path) -> dict:
     return json.loads(r.stdout)
 
 
-@pytest.mark.parametrize("table, where", [
-    ("CUPTI_ACTIVITY_KIND_KERNEL", "rowid % 3 = 0"),
-    ("CUPTI_ACTIVITY_KIND_RUNTIME", "rowid % 5 = 0"),
-    ("NVTX_EVENTS", "rowid % 2 = 0"),
+@pytest.fixture(scope="module")
+def clean_warnings():
+    return sum(analyze_json(shared_fixture(EXPORT))["warnings"].values())
+
+
+@pytest.mark.parametrize("table, where, report", [
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "rowid % 3 = 0", "cuda_gpu_kern_sum"),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "rowid % 5 = 0", "cuda_api_sum"),
+    ("NVTX_EVENTS", "rowid % 2 = 0", "nvtx_sum"),
 ])
 @pytest.mark.parametrize("values", [
     '"end" = 9223372036854775807, start = -9223372036854775807',  # end - start beyond 64 bits
     "start = 'abc'",
     "start = 1.5e300",
 ])
-def test_records_with_unusable_times_are_counted(tmp_path, table, where, values):
-    clean = analyze_json(shared_fixture(EXPORT))
+def test_records_with_unusable_times_are_counted(tmp_path, clean_warnings, table, where, report, values):
     bad = mutated(tmp_path, f"UPDATE {table} SET {values} WHERE {where}")
-    doc = analyze_json(bad)
-    assert sum(doc["warnings"].values()) > sum(clean["warnings"].values())
-    for report in ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum", "gpu_time_util"):
-        r = run_cli("stats", bad, "--report", report, "--format", "csv")
-        assert r.returncode == 0 and "Traceback" not in r.stderr, (report, r.stderr[-3000:])
+    assert sum(analyze_json(bad)["warnings"].values()) > clean_warnings
+    r = run_cli("stats", bad, "--report", report, "--format", "csv")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, (report, r.stderr[-3000:])
 
 
 @pytest.mark.parametrize("statement, words", [

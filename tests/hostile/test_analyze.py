@@ -259,6 +259,26 @@ def test_records_without_usable_times_are_counted(tmp_path):
         assert doc["devices"][0]["kernel_count"] == 1
 
 
+@pytest.mark.parametrize("meta, rank", [
+    ({"distributedInfo": {"rank": 2**40}}, 0),          # beyond the INTEGER rank column
+    ({"distributedInfo": {"rank": -1_000_000}}, 0),     # negative (and a staging placeholder)
+    ({"distributedInfo": {"rank": True}}, 0),           # a bool is no rank
+    ({"distributedInfo": {"rank": 3}}, 3),
+    ({"deviceProperties": [{"id": 2**40, "name": "x", "numSms": 2**40, "totalGlobalMem": 10**30}]}, 0),
+    ({"deviceProperties": [{"id": "zero", "name": {"a": 1}, "computeMajor": [9], "numSms": "many"}]}, 0),
+    ({"deviceProperties": [None, 5, {"id": 0, "name": "H200", "computeMajor": 9, "computeMinor": 0}]}, 0),
+])
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_hostile_trace_metadata(tmp_path, meta, rank, where):
+    """Top-level keys before or after traceEvents (the header and the trailer)."""
+    events = '"traceEvents": [\n' + json.dumps(kernel(100, 5)) + "\n]"
+    keys = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in meta.items())
+    path = tmp_path / "t.json"
+    path.write_text("{" + (f"{keys}, {events}" if where == "before" else f"{events}, {keys}") + "}\n")
+    doc = analyze_json(path)
+    assert [(d["rank"], d["kernel_count"]) for d in doc["devices"]] == [(rank, 1)]
+
+
 def test_invalid_utf8_is_replaced_in_every_layout(tmp_path):
     bad = json.dumps(kernel(200, 5, name="k@@")).encode().replace(b"@@", b"\xff\xfe")
     lines = write_lines(tmp_path / "lines.json", [kernel(100, 5)], raw_lines=[bad])

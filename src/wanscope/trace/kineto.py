@@ -401,11 +401,19 @@ def _stream_events(f, path: Path, writer: _NdjsonWriter) -> None:
     writer.undecodable += replaced_events
 
 
+def _int(value, bits: int = 32, minimum: int | None = None) -> int | None:
+    """``value`` if it is an integer (not a bool) that fits a signed column of ``bits``
+    bits and is at least ``minimum``; else None. Trace metadata is whatever the file says."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    low = -(1 << (bits - 1)) if minimum is None else minimum
+    return value if low <= value < (1 << (bits - 1)) else None
+
+
 def _rank(meta: dict, source_id: int) -> int:
     info = meta.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return info["rank"]
-    return source_id
+    rank = _int(info.get("rank"), minimum=0) if isinstance(info, dict) else None
+    return source_id if rank is None else rank
 
 
 def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
@@ -574,13 +582,17 @@ def _finish_source(con, path: Path, source_id: int, rank: int, meta: dict, event
     for table in ("kernels", "memops", "api_calls", "cpu_ops", "cuda_syncs"):
         con.execute(f"UPDATE {table} SET rank = ? WHERE rank = ?", [rank, _placeholder_rank(source_id)])
     con.execute("INSERT INTO sources VALUES (?, ?, 'kineto', ?, ?)", [source_id, str(path), rank, events])
-    for dev in meta.get("deviceProperties") or []:
-        if not isinstance(dev, dict):
-            continue
-        cc = f"{dev.get('computeMajor')}.{dev.get('computeMinor')}" if "computeMajor" in dev else None
+    devices = meta.get("deviceProperties")
+    for dev in devices if isinstance(devices, list) else []:
+        if not isinstance(dev, dict) or _int(dev.get("id"), minimum=0) is None:
+            continue  # a device entry without a usable index describes nothing we can join
+        major, minor = _int(dev.get("computeMajor")), _int(dev.get("computeMinor"))
+        cc = f"{major}.{minor}" if major is not None and minor is not None else None
+        name = dev.get("name")
         con.execute(
             "INSERT INTO devices VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)",
-            [rank, dev.get("id"), dev.get("name"), cc, dev.get("numSms"), dev.get("totalGlobalMem")],
+            [rank, dev["id"], name if isinstance(name, str) else None, cc, _int(dev.get("numSms")),
+             _int(dev.get("totalGlobalMem"), bits=64, minimum=0)],
         )
     for key, value in meta.items():
         if key in ("deviceProperties", "traceEvents"):

@@ -259,6 +259,17 @@ def test_records_without_usable_times_are_counted(tmp_path):
         assert doc["devices"][0]["kernel_count"] == 1
 
 
+def test_end_beyond_64_bits_is_counted(tmp_path):
+    """ts and dur each fit in 64 bits of ns, their sum does not: one record, not the file."""
+    huge = [kernel(9223372036854775, 1_000_000), kernel(1, 9223372036854775),
+            {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 9223372036854775,
+             "dur": 9223372036854775}]
+    for layout, write in (("lines", write_lines), ("minified", write_minified)):
+        doc = analyze_json(write(tmp_path / f"{layout}.json", [kernel(100, 5), *huge]))
+        assert doc["warnings"] == {"integer_overflow": 3}, layout
+        assert doc["devices"][0]["kernel_count"] == 1
+
+
 @pytest.mark.parametrize("meta, rank", [
     ({"distributedInfo": {"rank": 2**40}}, 0),          # beyond the INTEGER rank column
     ({"distributedInfo": {"rank": -1_000_000}}, 0),     # negative (and a staging placeholder)

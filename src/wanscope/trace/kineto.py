@@ -503,7 +503,8 @@ def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
           count(*) FILTER (cat IN ({known}) AND (
               (ext_txt IS NOT NULL AND try_cast(ext_txt AS BIGINT) IS NULL)
               OR (corr_txt IS NOT NULL AND try_cast(corr_txt AS BIGINT) IS NULL)
-              OR (start_ns IS NOT NULL AND (start_ns > 9223372036854775807 OR dur_ns > 9223372036854775807)))) AS integer_overflow
+              OR (start_ns IS NOT NULL AND (start_ns > 9223372036854775807 OR dur_ns > 9223372036854775807
+                                            OR start_ns + dur_ns > 9223372036854775807)))) AS integer_overflow
         FROM _stage
     """).fetchall()[0]
     for kind, n in zip(("no_timing", "zero_duration", "end_before_start", "malformed_event", "unknown_category",
@@ -515,7 +516,9 @@ def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
     """) if _has_table(con, "_kineto_flows") else con.execute(
         "CREATE TEMP TABLE _kineto_flows AS SELECT id, ph FROM _stage WHERE cat = 'ac2g' AND ph IN ('s', 'f')"
     )
-    valid = "ph = 'X' AND start_ns > 0 AND start_ns <= 9223372036854775807 AND dur_ns <= 9223372036854775807"
+    # end_ns = start_ns + dur_ns must fit in 64 bits too (each may while the sum does not)
+    valid = ("ph = 'X' AND start_ns > 0 AND start_ns <= 9223372036854775807 AND dur_ns <= 9223372036854775807"
+             " AND start_ns + dur_ns <= 9223372036854775807")
     gpu_valid = f"{valid} AND dur_ns > 0"
     con.execute(f"""
         INSERT INTO kernels

@@ -259,6 +259,18 @@ def test_records_without_usable_times_are_counted(tmp_path):
         assert doc["devices"][0]["kernel_count"] == 1
 
 
+def test_events_without_a_name_are_counted(tmp_path):
+    nameless = [{**kernel(200, 5), "name": None}, {k: v for k, v in kernel(300, 5).items() if k != "name"},
+                {"ph": "X", "cat": "python_function", "name": None, "pid": 1, "tid": 1, "ts": 150, "dur": 300}]
+    path = write_lines(tmp_path / "t.json", [kernel(100, 5), *nameless])
+    doc = analyze_json(path)
+    assert doc["warnings"] == {"malformed_event": 3} and doc["devices"][0]["kernel_count"] == 1
+    for args in (["analyze", path], ["report", path, "--out", tmp_path / "r"], ["diff", path, path],
+                 ["diff", path, path, "--format", "html", "--out", tmp_path / "d.html"]):
+        r = run_cli(*args)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr[-2000:])
+
+
 def test_end_beyond_64_bits_is_counted(tmp_path):
     """ts and dur each fit in 64 bits of ns, their sum does not: one record, not the file."""
     huge = [kernel(9223372036854775, 1_000_000), kernel(1, 9223372036854775),

@@ -58,6 +58,18 @@ def test_records_with_unusable_times_are_counted(tmp_path, clean_warnings, table
     assert r.returncode == 0 and "Traceback" not in r.stderr, (report, r.stderr[-3000:])
 
 
+def test_names_missing_from_string_ids(tmp_path):
+    """Kernels whose name id is not in StringIds: counted and excluded, every command runs."""
+    bad = mutated(tmp_path, "DELETE FROM StringIds WHERE id IN (SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL"
+                            " WHERE rowid % 2 = 0)")
+    doc = analyze_json(bad)
+    assert doc["warnings"].get("malformed_event", 0) > 0
+    for args in (["analyze", bad], ["report", bad, "--out", tmp_path / "r"], ["diff", bad, bad],
+                 ["stats", bad, "--report", "cuda_gpu_kern_sum"]):
+        r = run_cli(*args)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr[-2000:])
+
+
 @pytest.mark.parametrize("statement, words", [
     ("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 1.5e300 WHERE rowid % 2 = 0", ["corrupt"]),
     ("UPDATE StringIds SET value = X'FFFE00'", ["corrupt"]),

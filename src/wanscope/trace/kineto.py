@@ -498,7 +498,7 @@ def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
           count(*) FILTER (ph = 'X' AND cat IN ({known}) AND start_ns > 0 AND dur_ns = 0
                            AND cat IN ('kernel', 'gpu_memcpy', 'memcpy', 'gpu_memset', 'memset')) AS zero_duration,
           count(*) FILTER (ph = 'X' AND cat IN ({known}) AND start_ns > 0 AND dur_ns < 0) AS end_before_start,
-          count(*) FILTER (ph IS NULL) AS malformed_event,
+          count(*) FILTER (ph IS NULL OR (ph = 'X' AND cat IN ({known}) AND name IS NULL)) AS malformed_event,
           count(*) FILTER (ph = 'X' AND cat IS NOT NULL AND cat NOT IN ({known}) AND cat NOT IN ({ignored})) AS unknown_category,
           count(*) FILTER (cat IN ({known}) AND (
               (ext_txt IS NOT NULL AND try_cast(ext_txt AS BIGINT) IS NULL)
@@ -517,8 +517,8 @@ def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
         "CREATE TEMP TABLE _kineto_flows AS SELECT id, ph FROM _stage WHERE cat = 'ac2g' AND ph IN ('s', 'f')"
     )
     # end_ns = start_ns + dur_ns must fit in 64 bits too (each may while the sum does not)
-    valid = ("ph = 'X' AND start_ns > 0 AND start_ns <= 9223372036854775807 AND dur_ns <= 9223372036854775807"
-             " AND start_ns + dur_ns <= 9223372036854775807")
+    valid = ("ph = 'X' AND name IS NOT NULL AND start_ns > 0 AND start_ns <= 9223372036854775807"
+             " AND dur_ns <= 9223372036854775807 AND start_ns + dur_ns <= 9223372036854775807")
     gpu_valid = f"{valid} AND dur_ns > 0"
     con.execute(f"""
         INSERT INTO kernels

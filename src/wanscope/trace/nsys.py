@@ -29,8 +29,9 @@ process therefore has the rank of its position, like a Kineto file without
 rank. ``sources.rank`` is the file's first rank; ``meta`` key ``ranks`` maps pid -> rank.
 
 **Excluded records**, counted in ``ingest_warnings``: GPU and sync records with a zero
-start or end (``no_timing``), any record ending before it starts (``end_before_start``),
-NVTX ranges never closed (``unterminated_range``).
+start or end, or times that are not positive integers (``no_timing``), any record ending
+before it starts (``end_before_start``), kernels whose name id is not in ``StringIds``
+(``malformed_event``), NVTX ranges never closed (``unterminated_range``).
 """
 
 from __future__ import annotations
@@ -184,6 +185,10 @@ class _Ingest:
                 FROM "{table}" AS k LEFT JOIN StringIds AS s ON s.id = k.{self.name_column}
                 WHERE {where}"""
         ).fetchall()
+        named = [r for r in rows if isinstance(r[4], str)]
+        self._warn("malformed_event", len(rows) - len(named))  # name id not in StringIds
+        self.event_count += len(rows) - len(named)
+        rows = named
         names = ["device", "stream", "s", "e", "name", "corr", "pid", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "regs", "smem"]
         self._insert(
             "kernels",

@@ -271,6 +271,30 @@ def test_events_without_a_name_are_counted(tmp_path):
         assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr[-2000:])
 
 
+def test_gpu_records_without_a_device_or_stream_are_counted(tmp_path):
+    """device from args.device else pid, stream from args.stream else tid: with neither
+    usable (or beyond the INTEGER device column) the GPU record is counted, not kept as
+    NULL (the report's timeline sorts streams) nor fatal for the file."""
+    memcpy = {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7,
+              "ts": 400, "dur": 5, "args": {"device": 0, "stream": 7, "bytes": 1024}}
+    bad = [
+        {**kernel(200, 5), "pid": "p", "args": {"device": "x", "stream": 7}},
+        {**kernel(300, 5), "tid": [], "args": {"device": 0, "stream": {}}},
+        {**memcpy, "ts": 500, "pid": "p", "args": {"device": 2**40, "stream": 7, "bytes": 1}},
+        {**kernel(600, 5), "args": {"device": 0, "stream": 7, "registers per thread": 2**40}},  # kept, regs dropped
+        {**memcpy, "ts": 700, "args": {"device": 0, "stream": 7, "bytes": "many"}},  # kept, size unknown
+    ]
+    path = write_lines(tmp_path / "t.json", [kernel(100, 5), memcpy, *bad])
+    doc = analyze_json(path)
+    assert doc["warnings"] == {"malformed_event": 3}
+    (d,) = doc["devices"]
+    assert (d["kernel_count"], d["memop_count"]) == (2, 2)
+    for args in (["report", path, "--out", tmp_path / "r"], ["stats", path, "--report", "cuda_gpu_mem_size_sum"],
+                 ["stats", path, "--report", "cuda_gpu_mem_time_sum"], ["diff", path, path]):
+        r = run_cli(*args)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr[-2000:])
+
+
 def test_end_beyond_64_bits_is_counted(tmp_path):
     """ts and dur each fit in 64 bits of ns, their sum does not: one record, not the file."""
     huge = [kernel(9223372036854775, 1_000_000), kernel(1, 9223372036854775),

@@ -478,6 +478,11 @@ def _sql_struct(columns: dict) -> str:
 
 
 _INT = "try_cast({} AS BIGINT)"
+# A GPU record's device (args.device, else pid) and stream (args.stream, else tid), NULL
+# where neither is an integer that fits the column.
+_DEVICE = "coalesce(try_cast(device_txt AS INTEGER), try_cast(pid AS INTEGER))"
+_STREAM = "coalesce(try_cast(stream_txt AS BIGINT), try_cast(tid AS BIGINT))"
+_GPU_CATEGORIES = "('kernel', 'gpu_memcpy', 'memcpy', 'gpu_memset', 'memset')"
 
 
 def _placeholder_rank(source_id: int) -> int:
@@ -496,9 +501,12 @@ def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
         SELECT
           count(*) FILTER (ph = 'X' AND cat IN ({known}) AND (start_ns IS NULL OR start_ns <= 0 OR dur_ns IS NULL)) AS no_timing,
           count(*) FILTER (ph = 'X' AND cat IN ({known}) AND start_ns > 0 AND dur_ns = 0
-                           AND cat IN ('kernel', 'gpu_memcpy', 'memcpy', 'gpu_memset', 'memset')) AS zero_duration,
+                           AND cat IN {_GPU_CATEGORIES}) AS zero_duration,
           count(*) FILTER (ph = 'X' AND cat IN ({known}) AND start_ns > 0 AND dur_ns < 0) AS end_before_start,
-          count(*) FILTER (ph IS NULL OR (ph = 'X' AND cat IN ({known}) AND name IS NULL)) AS malformed_event,
+          count(*) FILTER (ph IS NULL OR (ph = 'X' AND cat IN ({known}) AND name IS NULL)
+                           OR (ph = 'X' AND cat IN {_GPU_CATEGORIES} AND name IS NOT NULL AND start_ns > 0 AND dur_ns > 0
+                               AND start_ns + dur_ns <= 9223372036854775807
+                               AND ({_DEVICE} IS NULL OR {_STREAM} IS NULL))) AS malformed_event,
           count(*) FILTER (ph = 'X' AND cat IS NOT NULL AND cat NOT IN ({known}) AND cat NOT IN ({ignored})) AS unknown_category,
           count(*) FILTER (cat IN ({known}) AND (
               (ext_txt IS NOT NULL AND try_cast(ext_txt AS BIGINT) IS NULL)
@@ -519,23 +527,20 @@ def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
     # end_ns = start_ns + dur_ns must fit in 64 bits too (each may while the sum does not)
     valid = ("ph = 'X' AND name IS NOT NULL AND start_ns > 0 AND start_ns <= 9223372036854775807"
              " AND dur_ns <= 9223372036854775807 AND start_ns + dur_ns <= 9223372036854775807")
-    gpu_valid = f"{valid} AND dur_ns > 0"
+    gpu_valid = f"{valid} AND dur_ns > 0 AND {_DEVICE} IS NOT NULL AND {_STREAM} IS NOT NULL"
     con.execute(f"""
         INSERT INTO kernels
-        SELECT {rank}, coalesce({_INT.format('device_txt')}, try_cast(pid AS INTEGER)),
-               coalesce({_INT.format('stream_txt')}, try_cast(tid AS BIGINT)),
+        SELECT {rank}, {_DEVICE}, {_STREAM},
                start_ns, start_ns + dur_ns, dur_ns, name, {_INT.format('corr_txt')}, NULL,
                try_cast(grid_txt AS INTEGER[]), try_cast(block_txt AS INTEGER[]),
-               {_INT.format('regs_txt')}, {_INT.format('smem_txt')}
+               try_cast(regs_txt AS INTEGER), {_INT.format('smem_txt')}
         FROM _stage WHERE cat = 'kernel' AND {gpu_valid}
     """)
     con.execute(f"""
         INSERT INTO memops
         SELECT CASE WHEN cat LIKE '%memcpy' THEN 'memcpy' ELSE 'memset' END,
                CASE WHEN cat LIKE '%memcpy' THEN coalesce(regexp_extract(name, 'Memcpy (\\w+)', 1), 'unknown') END,
-               {_INT.format('bytes_txt')}, name, {rank},
-               coalesce({_INT.format('device_txt')}, try_cast(pid AS INTEGER)),
-               coalesce({_INT.format('stream_txt')}, try_cast(tid AS BIGINT)),
+               {_INT.format('bytes_txt')}, name, {rank}, {_DEVICE}, {_STREAM},
                start_ns, start_ns + dur_ns, dur_ns, {_INT.format('corr_txt')}, NULL
         FROM _stage WHERE cat IN ('gpu_memcpy', 'memcpy', 'gpu_memset', 'memset') AND {gpu_valid}
     """)
@@ -559,8 +564,7 @@ def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
     """)
     con.execute(f"""
         INSERT INTO cuda_syncs
-        SELECT coalesce(arg_name, name), {rank}, coalesce({_INT.format('device_txt')}, try_cast(pid AS INTEGER)),
-               coalesce({_INT.format('stream_txt')}, try_cast(tid AS BIGINT)),
+        SELECT coalesce(arg_name, name), {rank}, {_DEVICE}, {_STREAM},
                start_ns, start_ns + dur_ns, {_INT.format('corr_txt')}, NULL
         FROM _stage WHERE cat = 'cuda_sync' AND {valid} AND dur_ns >= 0
     """)

@@ -33,7 +33,7 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
     ranks) and warnings."""
     c = console or make_console()
     if used:
-        c.print(f"[bold]trace:[/bold] {used}")
+        c.print(f"[bold]trace:[/bold] {used}", soft_wrap=True)  # a path is not cut at the width
     for note in result["notes"]:
         c.print(f"[yellow]{note}[/yellow]")
     for d in result["devices"]:

@@ -76,3 +76,43 @@ def test_truncated_ncu_rep(tmp_path):
     cut = tmp_path / "cut.ncu-rep"
     cut.write_bytes(rep.read_bytes()[:100])
     assert_one_line_error(run_cli("ncu", cut), cut)
+
+
+def _raw_with(tmp_path, values: dict) -> "Path":
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(RAW.read_text())))
+    for metric, value in values.items():
+        col = rows[0].index(metric)
+        for row in rows[2:]:
+            row[col] = value
+    buf = io.StringIO()
+    csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(rows)
+    bad = tmp_path / "raw.csv"
+    bad.write_text(buf.getvalue())
+    return bad
+
+
+INTEGER_METRICS = ["launch__registers_per_thread", "launch__block_size", "launch__grid_size",
+                   "launch__shared_mem_config_size", "launch__shared_mem_per_block_static", "launch__sm_count"]
+
+
+@pytest.mark.parametrize("metric", INTEGER_METRICS)
+@pytest.mark.parametrize("value", ["inf", "99999999999999999999999"])
+def test_absurd_metric_values_still_diagnose(tmp_path, metric, value):
+    """An integer quantity of inf crashed the diagnosis (int(inf)); 10^23 registers per
+    thread made the what-if walk count down from 10^23 (a hang). Garbage in a cell gives
+    a diagnosis with less in it, never a traceback or a hang."""
+    bad = _raw_with(tmp_path, {metric: value})
+    for args in ([bad], [bad, RAW]):
+        r = run_cli("ncu", *args, timeout=60)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr[-2000:])
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "-inf", "1e999"])
+def test_every_integer_metric_absurd_at_once(tmp_path, value):
+    bad = _raw_with(tmp_path, {m: value for m in [*INTEGER_METRICS, "gpu__time_duration.sum"]})
+    for args in ([bad], [bad, "--format", "json"], [bad, RAW]):
+        r = run_cli("ncu", *args, timeout=60)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr[-2000:])

@@ -97,15 +97,12 @@ class Diagnosis:
 def _facts(k: KernelProfile) -> dict:
     f = {key: k.number(name) for key, name in M.items()}
     for key in ("registers_per_thread", "block_size", "grid_size"):
-        if f[key] is not None:
-            f[key] = int(f[key])
+        f[key] = _whole(f[key])
     if f["block_size"] is None and k.block:
         f["block_size"] = math.prod(k.block)
     if f["grid_size"] is None and k.grid:
         f["grid_size"] = math.prod(k.grid)
-    f["sm_count"] = k.number("launch__sm_count") or k.number("device__attribute_multiprocessor_count")
-    if f["sm_count"] is not None:
-        f["sm_count"] = int(f["sm_count"])
+    f["sm_count"] = _whole(k.number("launch__sm_count") or k.number("device__attribute_multiprocessor_count"))
     static, dynamic = f["static_shared_mem_per_block_bytes"], f["dynamic_shared_mem_per_block_bytes"]
     f["shared_mem_per_block_bytes"] = None if static is None or dynamic is None else static + dynamic
     f["top_stalls"] = _top_stalls(k)
@@ -134,10 +131,23 @@ def _top_stalls(k: KernelProfile, n: int = 3) -> list[dict]:
     return found[:n]
 
 
+def _whole(x: float | None) -> int | None:
+    """A count from a report cell: None where the cell is not a finite number."""
+    return int(x) if x is not None and math.isfinite(x) else None
+
+
+# What a launch can be on any NVIDIA GPU (CUDA C++ Programming Guide, "Technical
+# Specifications per Compute Capability"): outside these a report cell is garbage, and the
+# occupancy arithmetic (which walks register counts down to 1) is not attempted.
+_LAUNCH_LIMITS = {"registers_per_thread": (0, 255), "block_size": (1, 1024), "shared_mem_config_bytes": (0, 1 << 30),
+                  "static_shared_mem_per_block_bytes": (0, 1 << 30), "dynamic_shared_mem_per_block_bytes": (0, 1 << 30)}
+
+
 def _launch(f: dict) -> occ.Launch | None:
-    needed = ("registers_per_thread", "block_size", "shared_mem_config_bytes", "static_shared_mem_per_block_bytes", "dynamic_shared_mem_per_block_bytes")
-    if any(f[x] is None for x in needed) or f["block_size"] <= 0:
-        return None
+    for key, (low, high) in _LAUNCH_LIMITS.items():
+        v = f[key]
+        if v is None or not math.isfinite(v) or not low <= v <= high:
+            return None
     return occ.Launch(
         registers_per_thread=f["registers_per_thread"],
         block_size=f["block_size"],

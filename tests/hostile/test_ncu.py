@@ -78,11 +78,11 @@ def test_truncated_ncu_rep(tmp_path):
     assert_one_line_error(run_cli("ncu", cut), cut)
 
 
-def _raw_with(tmp_path, values: dict) -> "Path":
+def _raw_with(tmp_path, values: dict, source=RAW) -> "Path":
     import csv
     import io
 
-    rows = list(csv.reader(io.StringIO(RAW.read_text())))
+    rows = list(csv.reader(io.StringIO(source.read_text())))
     for metric, value in values.items():
         col = rows[0].index(metric)
         for row in rows[2:]:
@@ -116,3 +116,17 @@ def test_every_integer_metric_absurd_at_once(tmp_path, value):
     for args in ([bad], [bad, "--format", "json"], [bad, RAW]):
         r = run_cli("ncu", *args, timeout=60)
         assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr[-2000:])
+
+
+@pytest.mark.parametrize("metric", ["launch__block_dim_x", "launch__grid_dim_y",
+                                    "device__attribute_compute_capability_major"])
+@pytest.mark.parametrize("value", ["inf", "nan"])
+def test_absurd_dimensions_in_an_old_raw_page(tmp_path, metric, value):
+    """ncu 2022.3's raw page has no Block/Grid Size columns: they come from the per-axis
+    metrics (int(inf) crashed the reader)."""
+    from shared_fixtures import shared_fixture
+
+    old = shared_fixture("ncu/derived/esmm_049ec61_profile_a10g.raw.ncu2022.3.0.csv")
+    bad = _raw_with(tmp_path, {metric: value}, source=old)
+    r = run_cli("ncu", bad, "--format", "json")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 import stat
 from pathlib import Path
@@ -281,18 +282,21 @@ def _rep_kernel(action, kernel_id: int) -> KernelProfile:
 def _complete(kernel: KernelProfile) -> KernelProfile:
     """Fill block, grid, compute capability and device name from metrics where the
     source's own columns lack them (ncu 2022.3 CSVs, .ncu-rep)."""
+    def whole(v):  # a count; a cell of inf or NaN is no count
+        return int(v) if v is not None and math.isfinite(v) else None
+
     def dims(prefix):
-        vals = [kernel.number(f"{prefix}{a}") for a in "xyz"]
-        return tuple(int(v) for v in vals) if all(v is not None for v in vals) else None
+        vals = [whole(kernel.number(f"{prefix}{a}")) for a in "xyz"]
+        return tuple(vals) if all(v is not None for v in vals) else None
 
     if kernel.block is None:
         kernel.block = dims("launch__block_dim_")
     if kernel.grid is None:
         kernel.grid = dims("launch__grid_dim_")
-    major = kernel.number("device__attribute_compute_capability_major")
-    minor = kernel.number("device__attribute_compute_capability_minor")
+    major = whole(kernel.number("device__attribute_compute_capability_major"))
+    minor = whole(kernel.number("device__attribute_compute_capability_minor"))
     if kernel.cc is None and major is not None and minor is not None:
-        kernel.cc = f"{int(major)}.{int(minor)}"
+        kernel.cc = f"{major}.{minor}"
     display = kernel.value("device__attribute_display_name")
     if isinstance(display, str):
         kernel.device = display

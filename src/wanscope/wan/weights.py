@@ -96,6 +96,15 @@ def read_json(path: Path) -> dict:
     return obj
 
 
+def _present(config: dict, fields: dict[str, str]) -> dict:
+    """{DiTConfig field: value} for the checkpoint keys ``config`` has; an absent key leaves
+    the field to DiTConfig's own default (every default lives in ``config.py``)."""
+    out = {field: config[key] for key, field in fields.items() if key in config}
+    if "patch_size" in out:
+        out["patch_size"] = tuple(out["patch_size"])
+    return out
+
+
 def dit_config_from_json(path: Path) -> tuple[DiTConfig, str]:
     """The DiT config and layout ("official" or "diffusers") from a checkpoint's config.json.
 
@@ -109,20 +118,18 @@ def dit_config_from_json(path: Path) -> tuple[DiTConfig, str]:
                 raise InputError(path, "image-to-video models are not supported (image_dim is set)")
             if c.get("qk_norm") not in ("rms_norm_across_heads", None):
                 raise InputError(path, f"qk_norm {c['qk_norm']!r} unsupported")
+            optional = _present(c, {"freq_dim": "freq_dim", "text_dim": "text_dim", "patch_size": "patch_size",
+                                    "in_channels": "in_channels", "eps": "eps",
+                                    "cross_attn_norm": "cross_attn_norm", "rope_max_seq_len": "rope_max_len"})
+            if c.get("out_channels") or c.get("in_channels"):
+                optional["out_channels"] = c.get("out_channels") or c.get("in_channels")
             cfg = DiTConfig(
                 dim=c["num_attention_heads"] * c["attention_head_dim"],
                 num_layers=c["num_layers"],
                 num_heads=c["num_attention_heads"],
                 ffn_dim=c["ffn_dim"],
-                freq_dim=c.get("freq_dim", 256),
-                text_dim=c.get("text_dim", 4096),
-                patch_size=tuple(c.get("patch_size", (1, 2, 2))),
-                in_channels=c.get("in_channels", 16),
-                out_channels=c.get("out_channels") or c.get("in_channels", 16),
-                eps=c.get("eps", 1e-6),
                 qk_norm=c.get("qk_norm") is not None,
-                cross_attn_norm=c.get("cross_attn_norm", True),
-                rope_max_len=c.get("rope_max_seq_len", 1024),
+                **optional,
             )
             return cfg, "diffusers"
         if "num_heads" in c and "dim" in c:
@@ -133,15 +140,9 @@ def dit_config_from_json(path: Path) -> tuple[DiTConfig, str]:
                 num_layers=c["num_layers"],
                 num_heads=c["num_heads"],
                 ffn_dim=c["ffn_dim"],
-                freq_dim=c.get("freq_dim", 256),
-                text_len=c.get("text_len", 512),
-                text_dim=c.get("text_dim", 4096),
-                patch_size=tuple(c.get("patch_size", (1, 2, 2))),
-                in_channels=c.get("in_dim", 16),
-                out_channels=c.get("out_dim", 16),
-                eps=c.get("eps", 1e-6),
-                qk_norm=c.get("qk_norm", True),
-                cross_attn_norm=c.get("cross_attn_norm", True),
+                **_present(c, {"freq_dim": "freq_dim", "text_len": "text_len", "text_dim": "text_dim",
+                               "patch_size": "patch_size", "in_dim": "in_channels", "out_dim": "out_channels",
+                               "eps": "eps", "qk_norm": "qk_norm", "cross_attn_norm": "cross_attn_norm"}),
             )
             return cfg, "official"
     except KeyError as e:

@@ -204,7 +204,8 @@ def _launch(q, k, v, pv_fp8):
 
 def reference(q, k, v, pv_fp8):
     """The same quantization in torch ops and one softmax over all keys (the kernel rounds each
-    tile's p against the running maximum instead of the final one): [B, L, N, D] in q's dtype."""
+    tile's p against the running maximum instead of the final one): [B, L, N, D] contiguous, in q's
+    dtype."""
     d = q.shape[-1]
     c = _LOG2E / math.sqrt(d)
     q8, qs = quantize_qk(q, c, smooth=False)
@@ -219,7 +220,9 @@ def reference(q, k, v, pv_fp8):
         o = p8 @ v8.float().transpose(-1, -2) / denom * (vs[:, :, None, :] / FP8_MAX)
     else:
         o = p.to(v.dtype).float() @ v.float().transpose(1, 2) / denom  # [B, N, L, D]
-    return o.transpose(1, 2).to(q.dtype)  # [B, L, N, D]
+    # [B, N, L, D] -> [B, L, N, D]: one copy into the contiguous layout the op promises (and its
+    # fake declares); a plain ``.to`` would keep the transposed strides
+    return o.transpose(1, 2).to(q.dtype, memory_format=torch.contiguous_format)
 
 
 @torch.library.custom_op("wanscope::attention_int8", mutates_args=())

@@ -11,7 +11,8 @@ Per-token and per-channel (rather than per-tensor) scales keep one outlier token
 flushing the others' small values to zero; DeepSeek-V3's 1x128 blocks would matter for trained
 outlier channels, which random weights do not have. On CUDA the product runs in
 ``torch._scaled_mm`` (rowwise scales, bf16 out, bias fused); on the CPU it is emulated in fp32
-from the same quantized values (the same math up to summation order).
+from the same quantized values (the same math up to the FP8 tensor cores' reduced-precision
+accumulation and the output rounding; ``tests/kernels/test_fast_fp8_linear.py`` bounds both).
 
 The activation quantization is one Triton kernel (``wanscope::quantize_fp8_rows``): per row,
 pass 1 reduces the absolute maximum, pass 2 (the row again, from L1/L2) writes e4m3 and the

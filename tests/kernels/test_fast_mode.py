@@ -81,3 +81,26 @@ def test_rejects_bad_config():
         FastConfig(linears=("qkv", "ffn"))
     with pytest.raises(UsageError, match="out of range"):
         apply_fast_mode(WanDiT(CFG), FastConfig(exact_blocks=(5,)))
+
+
+def test_spec_parses_groups_flags_and_round_trips():
+    cfg = FastConfig.parse("linears=ffn,qkv; exact_blocks=0,-1  pv_fp8=no int8_attention=ON")
+    assert cfg == FastConfig(linears=("ffn_up", "ffn_down", "qkv"), exact_blocks=(0, -1), pv_fp8=False)
+    assert cfg.spec() == ("linears=ffn_up,ffn_down,qkv int8_attention=true pv_fp8=false exact_blocks=0,-1 "
+                          "fast_accum=false")
+    assert FastConfig.parse(cfg.spec()) == cfg and FastConfig.parse("") == FastConfig()
+    assert FastConfig.parse("linears=none exact_blocks=none") == FastConfig(linears=())
+    assert FastConfig.parse("linears=all,o").linears == FastConfig().linears
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("linears=ffn,up", "unknown fast-mode linears ['up']"),
+    ("pv=1", "expected KEY=VALUE with KEY one of linears, int8_attention"),
+    ("pv_fp8", "expected KEY=VALUE"),
+    ("pv_fp8=maybe", "pv_fp8='maybe' is not true or false"),
+    ("exact_blocks=0,last", "is not a comma-separated list of integers"),
+    ("pv_fp8=1 pv_fp8=0", "pv_fp8 given twice"),
+])
+def test_spec_errors(spec, message):
+    with pytest.raises(UsageError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        FastConfig.parse(spec)

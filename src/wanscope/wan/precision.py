@@ -18,7 +18,9 @@ cross-attention    SDPA                                         SDPA (L x 512: 2
 norms, modulation  fp32 (fused Triton ops)                      unchanged
 =================  ==========================================  ==============================
 
-``exact_blocks`` keeps some blocks (e.g. the first and last) on the exact path. Kernels and their
+``exact_blocks`` keeps some blocks (e.g. the first and last) on the exact path. A config can be
+written as text, ``FastConfig.parse("linears=ffn_up,qkv exact_blocks=0,-1")`` (the CLI's ``--fast``
+and the benchmarks' variants), and back, ``FastConfig.spec()``. Kernels and their
 error bounds: ``wanscope.kernels.fp8_linear`` and ``wanscope.kernels.attention_int8``. On the CPU
 both run their torch references of the same quantization, so the mode runs (and is tested)
 anywhere. ``benchmarks/fast_mode.py`` measures speed and error of each choice on the H200.
@@ -29,7 +31,8 @@ forwards); ``exact_mode`` does that and frees the FP8 weights.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, fields
 
 import torch.nn as nn
 import torch.nn.functional as F
@@ -39,6 +42,11 @@ from wanscope.wan import ranges
 from wanscope.wan.dit import WanDiT
 
 LINEARS = ("qkv", "o", "cross_q", "cross_o", "ffn_up", "ffn_down")
+# names a spec may use for several linear families at once
+LINEAR_GROUPS = {
+    "all": LINEARS, "none": (), "attn": ("qkv", "o"), "cross": ("cross_q", "cross_o"), "ffn": ("ffn_up", "ffn_down"),
+}
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,62 @@ class FastConfig:
         unknown = set(self.linears) - set(LINEARS)
         if unknown:
             raise UsageError(f"unknown fast-mode linears {sorted(unknown)}; known: {', '.join(LINEARS)}")
+
+    @classmethod
+    def parse(cls, spec: str) -> FastConfig:
+        """A config from ``key=value`` fields over the defaults, separated by spaces or ``;``.
+
+        ``linears``: comma-separated ``LINEARS`` names or groups (``all``, ``none``, ``attn`` =
+        qkv,o, ``cross`` = cross_q,cross_o, ``ffn`` = ffn_up,ffn_down); ``exact_blocks``: comma-
+        separated integers or ``none``; the flags: true/false, yes/no, on/off, 1/0. An empty
+        spec is the default config. Example: ``"linears=ffn,qkv exact_blocks=0,-1 pv_fp8=no"``.
+
+        Raises:
+            UsageError: an unknown key or linear name, a value that does not parse, or a
+                field given twice.
+        """
+        values: dict[str, object] = {}
+        known = {f.name: f for f in fields(cls)}
+        for item in filter(None, re.split(r"[\s;]+", spec.strip())):
+            key, sep, text = item.partition("=")
+            if not sep or key not in known:
+                raise UsageError(f"fast-mode spec {item!r}: expected KEY=VALUE with KEY one of {', '.join(known)}")
+            if key in values:
+                raise UsageError(f"fast-mode spec: {key} given twice")
+            values[key] = _parse_field(key, text.strip().lower())
+        return cls(**values)
+
+    def spec(self) -> str:
+        """The config as ``parse`` reads it, every field written out."""
+        parts = []
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, tuple):
+                text = ",".join(map(str, v)) or "none"
+            else:
+                text = str(v).lower()
+            parts.append(f"{f.name}={text}")
+        return " ".join(parts)
+
+
+def _parse_field(key: str, text: str):
+    if key == "linears":
+        names: list[str] = []
+        for name in filter(None, text.split(",")):
+            for linear in LINEAR_GROUPS.get(name, (name,)):
+                if linear not in names:
+                    names.append(linear)
+        return tuple(names)  # unknown names: FastConfig.__post_init__
+    if key == "exact_blocks":
+        if text == "none":
+            return ()
+        try:
+            return tuple(int(i) for i in text.split(","))
+        except ValueError:
+            raise UsageError(f"fast-mode spec: exact_blocks={text!r} is not a comma-separated list of integers") from None
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise UsageError(f"fast-mode spec: {key}={text!r} is not true or false")
 
 
 def _fp8(weight, bias, **kw):

@@ -1,0 +1,387 @@
+"""FlashAttention forward for Hopper in Triton: token-major q, k, v, TMA tiles, exact or 8-bit.
+
+For one (batch, head), q [Lq, D], k and v [Lk, D], no mask, ``c = log2(e) / sqrt(D)``::
+
+    s[i, j] = c (q[i] . k[j])                            # log2 units: exp2 below, scale folded in
+    m_i     = running max_j s[i, j]                      # online softmax, per K/V tile
+    p[i, j] = 2^(s[i, j] - m_i);  l_i = sum_j p[i, j]    # acc and l rescaled by 2^(m_old - m_new)
+    o[i]    = (sum_j p[i, j] v[j]) / l_i                 # normalized once, at the end
+
+One program per ``BLOCK_M`` query rows of one (batch, head), K/V streamed in ``BLOCK_N``-token
+tiles through TMA (``tl.make_tensor_descriptor``, or host ``TensorDescriptor``s): a 2-D
+descriptor over the token-major [B*L, N*D] rows addresses head h's [BLOCK, D] tile at column
+h*D, so the [B, L, N, D] tensors the DiT produces are read in place (v may be the strided
+third of a fused QKV output). Full K tiles run unmasked; the last, partial one is peeled and
+masked (its rows past L read the next batch or TMA's zero fill, and get p = 0). The loop is
+FlashAttention-2's (Dao, arXiv:2307.08691): fp32 scores and accumulator, deferred
+normalization. FlashAttention-3 (Shah et al., arXiv:2407.08608) gives the Hopper side: TMA,
+wgmma, FP8 with V transposed so both operands are K-major, and warp specialization, which
+Triton 3.6 offers as ``tl.range(..., warp_specialize=True)`` (Hopper: its automatic producer/
+consumer split; the device-side descriptors it needs are built in the kernel). FA3's
+ping-pong and intra-warpgroup overlap cannot be written in Triton; two CTAs per SM (``BLOCK_M``
+64, 4 warps, or ``maxnreg``) let the hardware overlap one CTA's softmax with another's MMAs.
+
+Precisions (``qk``, ``pv``):
+
+* ``exact``: bf16/fp16 operands, fp32 accumulation and softmax (P rounded to the input dtype
+  for P V, as cuDNN and FA do). Error as cuDNN's (2.3e-3 relative L2 vs float64 at the Wan
+  shape, random inputs).
+* ``qk="e4m3"``: q per (token, head) and k per (batch, head) scaled to e4m3, after k is
+  smoothed by its mean over tokens (softmax is invariant to it; SageAttention, Zhang et al.,
+  arXiv:2410.02367). Both scales fold into the per-row scale: no extra work per score.
+* ``qk="int8"``: q and (smoothed) k per (token, head) to int8, int32 products, converted
+  to fp32 by the magic-number trick (``bits(1.5 * 2^23 + x) = bits(1.5 * 2^23) + x`` for
+  ``|x| < 2^22``; ``D <= 128`` keeps ``|q8 . k8| <= 128 * 127^2 < 2^21``) fused with the per-token
+  k scale: an integer add and one FMA per score instead of a 16/clock conversion.
+* ``pv="e4m3"``: v scaled per (batch, head, channel) to e4m3 and transposed to [B, N, D, L]
+  (Hopper's 8-bit wgmma reads B only K-major); p is computed as ``2^(s - m + 8)``, in [0, 256],
+  so its e4m3 cast needs no multiply; each tile's product goes to a fresh fp32 accumulator
+  (``acc * alpha + P V``: Hopper's FP8 MMA accumulates with fewer bits than fp32).
+
+Error (relative L2 of o vs float64, q, k, v ~ N(0, 1), measured by a torch emulation at
+L = 4096, D = 128): exact 1.6e-3; int8 QK 9.4e-3; e4m3 QK 3.7e-2; e4m3 PV 3.7e-2; both e4m3
+5.2e-2. With nearly uniform attention the output's relative error is about the relative
+rounding error of one product: 3 mantissa bits (e4m3, 2.5% RMS) cannot reach 1e-2, the int8
+grid of a token's own maximum (0.6% RMS) can. Trained models' peaked attention differs:
+measure on real activations (``wanscope compare-modes``).
+
+Work and bytes at [1, 32760, 12, 128]: 4 B N L^2 D = 6.6e12 FLOP (cuDNN: 10.6 ms, 623 TFLOP/s
+on an H200); HBM traffic is q, k, v, o once (~400 MB; K/V re-reads per query tile hit L2).
+The 8-bit modes add their quantization passes (torch ops, ~1 GB of traffic).
+
+Custom op: ``wanscope::attention_flash``. Configuration: ``FlashConfig`` (tiles, warps,
+stages, warp specialization, register cap), fixed per call: no autotuning in the hot path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from wanscope.kernels._dispatch import INTERPRET, use_triton
+
+QK_MODES = ("exact", "e4m3", "int8")
+PV_MODES = ("exact", "e4m3")
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0
+INT8_MAX = 127.0
+P_LOG2_OFFSET = 8.0  # e4m3 P: p = 2^(s - m + 8) in [0, 256]
+_LOG2E = 1.4426950408889634
+_MIN_AMAX = 1e-12
+_MAGIC_BITS = tl.constexpr(0x4B400000)  # fp32 bits of 1.5 * 2^23
+_MAGIC = tl.constexpr(12582912.0)
+_P_OFFSET = tl.constexpr(P_LOG2_OFFSET)
+
+
+@dataclass(frozen=True)
+class FlashConfig:
+    """Launch configuration of the kernel (sweep with ``benchmarks/attention_sweep.py``).
+
+    Args:
+        block_m: query rows per program (64 or 128 on Hopper; >= 16).
+        block_n: key tokens per tile (64 or 128; >= 16).
+        num_warps: 4 (one warpgroup) or 8.
+        num_stages: TMA pipeline depth of the K/V loop.
+        warp_specialize: ``tl.range(warp_specialize=True)`` on the K/V loop (device-side
+            descriptors).
+        maxnreg: register cap per thread (0: the compiler's choice); e.g. 128 fits two
+            8-warp CTAs per SM.
+    """
+
+    block_m: int = 128
+    block_n: int = 128
+    num_warps: int = 8
+    num_stages: int = 2
+    warp_specialize: bool = False
+    maxnreg: int = 0
+
+
+@triton.jit
+def _descriptor(arg, rows, cols, row_stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    # a host TensorDescriptor passes through; a tensor becomes a device-side descriptor
+    if isinstance(arg, tl.tensor_descriptor):
+        return arg
+    else:
+        return tl.make_tensor_descriptor(arg, shape=[rows, cols], strides=[row_stride, 1],
+                                         block_shape=[BLOCK_R, BLOCK_C])
+
+
+@triton.jit
+def _attend_tile(
+    acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_ptr, k_row, v_row, col, n0, Lk,
+    QK_MODE: tl.constexpr, PV_FP8: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    k = k_desc.load([k_row + n0, col])  # [BLOCK_N, D]
+    if QK_MODE == 2:
+        s = tl.dot(q, k.T, out_dtype=tl.int32)
+    elif DOT_F32 and QK_MODE == 0:
+        s = tl.dot(q.to(tl.float32), k.to(tl.float32).T)
+    else:
+        s = tl.dot(q, k.T)
+    cols = n0 + tl.arange(0, BLOCK_N)
+    if QK_MODE == 2:  # int32 -> fp32 (magic number) fused with the per-token k scale
+        ks = tl.load(ks_ptr + cols, mask=cols < Lk, other=0.0)
+        s = (s + _MAGIC_BITS).to(tl.float32, bitcast=True) * ks[None, :] - (ks * _MAGIC)[None, :]
+    if MASK:
+        s = tl.where(cols[None, :] < Lk, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1) * c_row)  # c_row > 0
+    alpha = tl.exp2(m_i - m_new)
+    if PV_FP8:
+        p = tl.exp2(s * c_row[:, None] - (m_new - _P_OFFSET)[:, None])
+        v = v_desc.load([v_row, n0]).T  # [BLOCK_N, D] from the [D, BLOCK_N] tile of v^T
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    else:
+        p = tl.exp2(s * c_row[:, None] - m_new[:, None])
+        v = v_desc.load([k_row + n0, col])  # [BLOCK_N, D]
+        if DOT_F32:
+            acc = tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32), acc * alpha[:, None])
+        else:
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _flash_fwd_kernel(
+    q_arg, k_arg, v_arg, o_ptr, qs_ptr, ks_ptr, vs_ptr,
+    B, Lq, Lk, N, stride_q, stride_k, stride_v, stride_o, stride_ks, qk_scale,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, QK_MODE: tl.constexpr,
+    PV_FP8: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, DOT_F32: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // N
+    h = bh % N
+    q_desc = _descriptor(q_arg, B * Lq, N * D, stride_q, BLOCK_M, D)
+    k_desc = _descriptor(k_arg, B * Lk, N * D, stride_k, BLOCK_N, D)
+    if PV_FP8:
+        v_desc = _descriptor(v_arg, B * N * D, Lk, stride_v, D, BLOCK_N)  # v^T [B*N*D, Lk]
+    else:
+        v_desc = _descriptor(v_arg, B * Lk, N * D, stride_v, BLOCK_N, D)
+
+    m0 = pid_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    q = q_desc.load([b * Lq + m0, h * D])  # [BLOCK_M, D]; rows past Lq are never stored
+    if QK_MODE == 0:
+        c_row = tl.full([BLOCK_M], qk_scale, tl.float32)
+    else:  # per-token q scale (times c); e4m3: times the per-head k scale too
+        c_row = tl.load(qs_ptr + (b * Lq + offs_m) * N + h, mask=offs_m < Lq, other=1.0)
+        if QK_MODE == 1:
+            c_row = c_row * tl.load(ks_ptr + bh * stride_ks)
+    ks_row = ks_ptr + bh * stride_ks
+
+    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    k_row = b * Lk
+    v_row = bh * D
+    col = h * D
+    n_full = (Lk // BLOCK_N) * BLOCK_N
+    for n0 in tl.range(0, n_full, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_row, k_row, v_row, col, n0,
+                                     Lk, QK_MODE, PV_FP8, False, DOT_F32, BLOCK_N)
+    if n_full < Lk:
+        acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_row, k_row, v_row, col,
+                                     n_full, Lk, QK_MODE, PV_FP8, True, DOT_F32, BLOCK_N)
+
+    out = acc * (1.0 / l_i)[:, None]
+    offs_d = tl.arange(0, D)
+    if PV_FP8:
+        out = out * tl.load(vs_ptr + bh * D + offs_d)[None, :]
+    rows = (b * Lq + offs_m).to(tl.int64)
+    tl.store(o_ptr + rows[:, None] * stride_o + h * D + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
+             mask=(offs_m < Lq)[:, None])
+
+
+def quantize_qk(q: torch.Tensor, k: torch.Tensor, qk: str):
+    """q and k to 8 bits, k smoothed by its mean over tokens (torch ops).
+
+    Args:
+        q: [B, Lq, N, D]; k: [B, Lk, N, D]; any float dtype.
+        qk: ``"e4m3"`` or ``"int8"``.
+
+    Returns:
+        (q8 [B, Lq, N, D], qs [B, Lq, N] fp32, k8 [B, Lk, N, D], ks fp32), contiguous, with
+        ``c q.k' ~= qs[i] ks[j] (q8[i] . k8[j])`` for ``k' = k - mean_L(k)`` and
+        ``c = log2(e) / sqrt(D)``. ks is [B, N, Lk] (int8: per token) or [B, N, 1] (e4m3: per
+        head, e4m3's exponent covers the spread of token norms). Rounding: to nearest (even).
+    """
+    c = _LOG2E / math.sqrt(q.shape[-1])
+    qf = q.float()
+    kf = k.float()
+    kf = kf - kf.mean(dim=1, keepdim=True)
+    q_amax = qf.abs().amax(dim=-1).clamp_min(_MIN_AMAX)  # [B, Lq, N]
+    if qk == "int8":
+        k_amax = kf.abs().amax(dim=-1).clamp_min(_MIN_AMAX)  # [B, Lk, N]
+        q8 = torch.round(qf * (INT8_MAX / q_amax)[..., None]).to(torch.int8)
+        k8 = torch.round(kf * (INT8_MAX / k_amax)[..., None]).to(torch.int8)
+        return q8, q_amax * (c / INT8_MAX), k8, (k_amax / INT8_MAX).transpose(1, 2).contiguous()
+    k_amax = kf.abs().amax(dim=(1, 3)).clamp_min(_MIN_AMAX)  # [B, N]
+    q8 = (qf * (FP8_MAX / q_amax)[..., None]).to(FP8)
+    k8 = (kf * (FP8_MAX / k_amax)[:, None, :, None]).to(FP8)
+    return q8, q_amax * (c / FP8_MAX), k8, (k_amax / FP8_MAX)[..., None].contiguous()
+
+
+def quantize_v(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """v to e4m3 per (batch, head, channel), transposed (torch ops).
+
+    Args:
+        v: [B, Lk, N, D], any float dtype and strides.
+
+    Returns:
+        (vt e4m3 [B, N, D, Lp], vs [B, N, D] fp32): ``v[b, j, h, d] ~= vt[b, h, d, j] vs[b, h, d]``
+        for ``j < Lk``; ``Lp`` = Lk rounded up to 16 (TMA's 16-byte row stride), the columns past
+        Lk left unset (the kernel's descriptor ends at Lk: TMA reads zeros there).
+    """
+    b, lk, n, d = v.shape
+    vs = v.abs().amax(dim=1).float().clamp_min(_MIN_AMAX) / FP8_MAX  # [B, N, D]
+    vt = torch.empty((b, n, d, -(-lk // 16) * 16), dtype=FP8, device=v.device)
+    vt[..., :lk] = (v.float() / vs[:, None]).to(FP8).permute(0, 2, 3, 1)
+    return vt, vs
+
+
+def _token_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """x [B, L, N, D] as TMA rows of a [B*L, N*D] matrix: (x or a contiguous copy, row stride)."""
+    b, l, n, d = x.shape
+    row = x.stride(1)
+    ok = (x.stride(3) == 1 and (n == 1 or x.stride(2) == d) and (b == 1 or x.stride(0) == l * row)
+          and (row * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0 and row >= n * d)
+    if not ok:
+        x = x.contiguous()
+        row = n * d
+    return x, row
+
+
+def _alloc(size: int, alignment: int, stream):
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _launch(q, k, v, qk, pv, cfg: FlashConfig):
+    b, lq, n, d = q.shape
+    lk = k.shape[1]
+    out = torch.empty((b, lq, n, d), dtype=q.dtype, device=q.device)
+    qk_scale = _LOG2E / math.sqrt(d)
+    if qk == "exact":
+        (q_in, stride_q), (k_in, stride_k) = _token_rows(q), _token_rows(k)
+        qs = ks = torch.empty(1, device=q.device)  # unused
+        stride_ks = 0
+    else:
+        q_in, qs, k_in, ks = quantize_qk(q, k, qk)
+        stride_q = stride_k = n * d
+        stride_ks = ks.shape[-1]
+    if pv == "e4m3":
+        v_in, vs = quantize_v(v)
+        stride_v = v_in.shape[-1]
+        v_shape, v_block = [b * n * d, lk], [d, cfg.block_n]
+    else:
+        (v_in, stride_v), vs = _token_rows(v), qs
+        v_shape, v_block = [b * lk, n * d], [cfg.block_n, d]
+    if cfg.warp_specialize:  # Hopper's warp specialization wants device-side descriptors
+        triton.set_allocator(_alloc)
+        args = (q_in, k_in, v_in)
+    else:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        args = (TensorDescriptor(q_in, [b * lq, n * d], [stride_q, 1], [cfg.block_m, d]),
+                TensorDescriptor(k_in, [b * lk, n * d], [stride_k, 1], [cfg.block_n, d]),
+                TensorDescriptor(v_in, v_shape, [stride_v, 1], v_block))
+    extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg and not INTERPRET else {}
+    grid = (triton.cdiv(lq, cfg.block_m), b * n)
+    _flash_fwd_kernel[grid](
+        *args, out, qs, ks, vs, b, lq, lk, n, stride_q, stride_k, stride_v, out.stride(1), stride_ks, qk_scale,
+        D=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, QK_MODE=QK_MODES.index(qk), PV_FP8=pv == "e4m3",
+        WARP_SPECIALIZE=cfg.warp_specialize, DOT_F32=INTERPRET,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra)
+    return out
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk: str = "exact", pv: str = "exact") -> torch.Tensor:
+    """The same math in torch ops, fp32, one softmax over all keys: [B, Lq, N, D] in q's dtype.
+
+    ``exact``/``exact``: fp32 SDPA. Otherwise the kernel's quantization (``quantize_qk``,
+    ``quantize_v``, P rounded to v's dtype or to e4m3 at 2^8 scale) with the final row maximum
+    (the kernel rounds each tile's p against the running one). Materializes [B, N, Lq, Lk] fp32
+    scores: small shapes only.
+    """
+    if qk == "exact" and pv == "exact":
+        o = F.scaled_dot_product_attention(q.float().transpose(1, 2), k.float().transpose(1, 2),
+                                           v.float().transpose(1, 2))  # [B, N, Lq, D]
+        return o.transpose(1, 2).to(q.dtype)
+    if qk == "exact":
+        s = torch.einsum("bind,bjnd->bnij", q.float(), k.float()) * (_LOG2E / math.sqrt(q.shape[-1]))
+    else:
+        q8, qs, k8, ks = quantize_qk(q, k, qk)
+        s = torch.einsum("bind,bjnd->bnij", q8.float(), k8.float())  # [B, N, Lq, Lk]
+        s = s * qs.transpose(1, 2)[..., None] * ks[:, :, None, :]
+    p = torch.exp2(s - s.amax(dim=-1, keepdim=True))
+    denom = p.sum(dim=-1, keepdim=True)  # [B, N, Lq, 1]
+    if pv == "e4m3":
+        vt, vs = quantize_v(v)
+        p8 = (p * 2.0**P_LOG2_OFFSET).to(FP8).float()
+        o = p8 @ vt[..., : v.shape[1]].float().transpose(-1, -2) / (denom * 2.0**P_LOG2_OFFSET) * vs[:, :, None, :]
+    else:
+        o = p.to(v.dtype).float() @ v.float().transpose(1, 2) / denom  # [B, N, Lq, D]
+    return o.transpose(1, 2).to(q.dtype)
+
+
+@torch.library.custom_op("wanscope::attention_flash", mutates_args=())
+def _attention_flash_op(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk: str, pv: str, block_m: int, block_n: int,
+    num_warps: int, num_stages: int, warp_specialize: bool, maxnreg: int,
+) -> torch.Tensor:
+    if use_triton(q):
+        cfg = FlashConfig(block_m, block_n, num_warps, num_stages, warp_specialize, maxnreg)
+        return _launch(q, k, v, qk, pv, cfg)
+    return reference(q, k, v, qk, pv)
+
+
+@_attention_flash_op.register_fake
+def _(q, k, v, qk, pv, block_m, block_n, num_warps, num_stages, warp_specialize, maxnreg):
+    return q.new_empty(q.shape)
+
+
+def attention_flash(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk: str = "exact", pv: str = "exact",
+    config: FlashConfig = FlashConfig(),
+) -> torch.Tensor:
+    """Softmax attention without mask, scale ``1/sqrt(D)``: see the module docstring.
+
+    Args:
+        q: [B, Lq, N, D]; k, v: [B, Lk, N, D]; one dtype (bf16 or fp16 on the Triton path, any
+            float on the CPU reference), one device. Token-major with heads side by side
+            (``stride(2) == D``, unit last stride) is read in place, v may be a column slice of a
+            fused projection; other strides are copied contiguous. D in {16, 32, 64, 128}; Lk >= 1.
+        qk: precision of ``Q K^T``: ``"exact"`` (input dtype), ``"e4m3"`` or ``"int8"``.
+        pv: precision of ``P V``: ``"exact"`` (input dtype) or ``"e4m3"``.
+        config: tiles, warps and stages of the Triton kernel.
+
+    Returns:
+        [B, Lq, N, D] contiguous, dtype of q.
+
+    Raises:
+        ValueError: shapes, dtypes, modes or a config outside the above.
+    """
+    if q.ndim != 4 or k.shape != v.shape or k.ndim != 4 or (q.shape[0], q.shape[2:]) != (k.shape[0], k.shape[2:]):
+        raise ValueError(f"q [B, Lq, N, D] and k, v [B, Lk, N, D] expected, got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    if q.shape[-1] not in (16, 32, 64, 128):
+        raise ValueError(f"head dim must be 16, 32, 64 or 128, got {q.shape[-1]}")
+    if k.shape[1] < 1:
+        raise ValueError("attention over zero keys is undefined")
+    if not (q.dtype == k.dtype == v.dtype) or not q.dtype.is_floating_point:
+        raise ValueError(f"q, k, v must share one float dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if qk not in QK_MODES or pv not in PV_MODES:
+        raise ValueError(f"qk must be one of {QK_MODES} and pv one of {PV_MODES}, got {qk!r}, {pv!r}")
+    if use_triton(q) and q.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"the Triton kernel takes bf16 or fp16, got {q.dtype}")
+    c = config
+    if min(c.block_m, c.block_n) < 16 or c.num_warps not in (4, 8) or c.num_stages < 1:
+        raise ValueError(f"unsupported config {c}")
+    return torch.ops.wanscope.attention_flash(q, k, v, qk, pv, c.block_m, c.block_n, c.num_warps, c.num_stages,
+                                              c.warp_specialize, c.maxnreg)

@@ -36,6 +36,33 @@ def parse_size(text: str) -> tuple[int, int]:
     return height, width
 
 
+def build_request(cfg, prompt: str, *, negative_prompt=None, size=None, frames=None, steps=None, guidance=None,
+                  shift=None, seed=None, solver=None, cfg_mode=None, legacy_step_lookup=False):
+    """A validated ``Request`` from the CLI's options; None takes the preset's sampling default.
+
+    Raises:
+        UsageError: a bad size or a bad request value (``Request.validate``).
+    """
+    from wanscope.wan.pipeline import Request
+
+    s = cfg.sampling
+    height, width = parse_size(size) if size else (s.height, s.width)
+    req = Request(
+        prompt=prompt,
+        negative_prompt=s.negative_prompt if negative_prompt is None else negative_prompt,
+        height=height, width=width,
+        frames=s.frames if frames is None else frames,
+        steps=s.steps if steps is None else steps,
+        guidance=s.guidance if guidance is None else guidance,
+        shift=s.shift if shift is None else shift,
+        seed=s.seed if seed is None else seed,
+        solver=solver or s.solver, cfg=cfg_mode or s.cfg,
+        legacy_step_lookup=legacy_step_lookup,
+    )
+    req.validate(cfg.vae.stride, cfg.dit.patch_size)
+    return req
+
+
 @click.command()
 @click.option("--checkpoint", type=click.Path(path_type=Path), help="Wan2.1 checkpoint folder, official or diffusers layout.")
 @click.option("--random-weights", is_flag=True, help="No checkpoint: random weights and a byte-level stand-in tokenizer (timing/profiling).")
@@ -73,7 +100,7 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
     import torch
 
     from wanscope.wan.attention import parse_backend
-    from wanscope.wan.pipeline import Components, Request, generate as run
+    from wanscope.wan.pipeline import Components, generate as run
     from wanscope.wan.video import write_outputs
 
     if (checkpoint is None) == (not random_weights):
@@ -89,22 +116,10 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
     if preset is None:  # random 1.3B weights on a CPU would take minutes per step: tiny, as profile does
         preset = "tiny" if random_weights and device.type == "cpu" else "wan2.1-t2v-1.3b"
     cfg = get_preset(preset)
-    s = cfg.sampling
-    height, width = parse_size(size) if size else (s.height, s.width)
     dtype = dtype or ("bf16" if device.type == "cuda" else "fp32")
-    req = Request(
-        prompt=prompt,
-        negative_prompt=s.negative_prompt if negative_prompt is None else negative_prompt,
-        height=height, width=width,
-        frames=s.frames if frames is None else frames,
-        steps=s.steps if steps is None else steps,
-        guidance=s.guidance if guidance is None else guidance,
-        shift=s.shift if shift is None else shift,
-        seed=s.seed if seed is None else seed,
-        solver=solver or s.solver, cfg=cfg_mode or s.cfg,
-        legacy_step_lookup=legacy_step_lookup,
-    )
-    req.validate(cfg.vae.stride, cfg.dit.patch_size)
+    req = build_request(cfg, prompt, negative_prompt=negative_prompt, size=size, frames=frames, steps=steps,
+                        guidance=guidance, shift=shift, seed=seed, solver=solver, cfg_mode=cfg_mode,
+                        legacy_step_lookup=legacy_step_lookup)
     if checkpoint is not None:
         from wanscope.wan.weights import check_dit, detect_layout
 

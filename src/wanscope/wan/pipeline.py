@@ -247,12 +247,13 @@ def _peak(device: torch.device) -> int:
 
 
 def encode_prompts(
-    parts: Components, req: Request, parallel: ParallelContext | None = None
+    parts: Components, req: Request, parallel: ParallelContext | None = None, encoder=None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The text states of the prompt and, with guidance > 1, of the negative prompt.
 
-    The encoder is loaded, run and released; under ``parallel`` only rank 0 does that and
-    broadcasts the states (``parallel/text.py``).
+    The encoder is loaded, run and released, unless one is given (``encoder``: a
+    ``TextEncoder`` kept loaded across several requests); under ``parallel`` only rank 0
+    encodes and broadcasts the states (``parallel/text.py``).
 
     Returns:
         cond, uncond: [1, text_len, text_dim] in ``parts.dtype`` on ``parts.device`` (the same
@@ -263,7 +264,9 @@ def encode_prompts(
     """
     prompts = [req.prompt, req.negative_prompt] if req.guidance > 1.0 else [req.prompt]
     states = None
-    if parallel is None or parallel.is_main:
+    if encoder is not None:
+        states = encoder.encode(prompts)
+    elif parallel is None or parallel.is_main:
         encoder = parts.text_encoder()
         states = encoder.encode(prompts)
         del encoder
@@ -304,10 +307,7 @@ def generate(
     dit = parts.dit()
     if parallel is not None:
         shard_dit(parallel, dit)
-    cond, uncond = cond.to(dit.dtype), uncond.to(dit.dtype)
-    sampler = FlowSampler(flow_schedule(req.steps, req.shift), req.solver, req.legacy_step_lookup)
-    noise = initial_noise(latent_shape(cfg, req.height, req.width, req.frames), req.seed, device)
-    latents = denoise(dit, noise, cond, uncond, sampler, req.guidance, req.cfg, on_step=on_step, parallel=parallel)
+    latents = sample(dit, req, cond, uncond, cfg, device, on_step, parallel)
     del dit, cond, uncond
     release()
     peaks["denoising"] = _peak(device)
@@ -321,5 +321,28 @@ def generate(
     del vae
     release()
     peaks["vae_decode"] = _peak(device)
-    frames = ((video[0].permute(1, 2, 3, 0) + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).cpu()
-    return Result(frames=frames, latents=latents.cpu(), peak_memory_bytes=peaks)
+    return Result(frames=to_frames(video), latents=latents.cpu(), peak_memory_bytes=peaks)
+
+
+def sample(
+    dit: WanDiT, req: Request, cond: torch.Tensor, uncond: torch.Tensor, cfg: WanConfig, device: torch.device,
+    on_step: StepCallback | None = None, parallel: ParallelContext | None = None,
+) -> torch.Tensor:
+    """The request's denoising run on a loaded DiT: its seeded noise through its whole schedule.
+
+    Args:
+        cond, uncond: [1, text_len, text_dim] text states (cast to the DiT's dtype here).
+        device: where the noise is drawn (the DiT's device; its generator is seeded there).
+
+    Returns:
+        Final latents [1, C, F', H', W'] fp32 on ``device``.
+    """
+    sampler = FlowSampler(flow_schedule(req.steps, req.shift), req.solver, req.legacy_step_lookup)
+    noise = initial_noise(latent_shape(cfg, req.height, req.width, req.frames), req.seed, device)
+    return denoise(dit, noise, cond.to(dit.dtype), uncond.to(dit.dtype), sampler, req.guidance, req.cfg,
+                   on_step=on_step, parallel=parallel)
+
+
+def to_frames(video: torch.Tensor) -> torch.Tensor:
+    """The VAE's [1, 3, F, H, W] in [-1, 1] -> frames [F, H, W, 3] uint8 on the CPU."""
+    return ((video[0].permute(1, 2, 3, 0) + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).cpu()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import torch
@@ -133,6 +133,20 @@ class ParallelContext:
         return False
 
 
+def comm_options(backend: str, high_priority: bool):
+    """Options for a new group of ``backend``: under NCCL, whether its kernels run on a
+    high-priority stream (None elsewhere, and for NCCL's defaults).
+
+    Ulysses' all-to-alls run while attention runs (``ulysses.py``). Attention launches more
+    blocks than the GPU holds at once; the block scheduler gives blocks of a higher-priority
+    stream the next free SMs, so the transfer starts when one attention block ends rather
+    than after attention's last wave has started.
+    """
+    if backend != "nccl" or not high_priority:
+        return None
+    return dist.ProcessGroupNCCL.Options(is_high_priority_stream=True)
+
+
 def setup_from_env(
     mode: str, device_type: str = "cuda", timeout_s: float = DEFAULT_TIMEOUT_S, num_heads: int | None = None
 ) -> ParallelContext:
@@ -176,11 +190,8 @@ def setup_from_env(
         dist.init_process_group(backend, timeout=timeout, device_id=device if backend == "nccl" else None)
         # every rank creates every subgroup, in the same order (torch.distributed.new_group)
         stage = "subgroup setup"
-        ulysses_group = cfg_group = None
-        for c in range(cfg_degree if ulysses_degree > 1 else 0):
-            group = dist.new_group([c * ulysses_degree + u for u in range(ulysses_degree)], timeout=timeout)
-            if c == rank // ulysses_degree:
-                ulysses_group = group
+        ulysses_group = _new_ulysses_group(rank, cfg_degree, ulysses_degree, timeout, high_priority=True)
+        cfg_group = None
         for u in range(ulysses_degree if cfg_degree > 1 else 0):
             group = dist.new_group([c * ulysses_degree + u for c in range(cfg_degree)], timeout=timeout)
             if u == rank % ulysses_degree:
@@ -197,6 +208,32 @@ def setup_from_env(
         ulysses_degree=ulysses_degree, device=device, timeout_s=timeout_s, cfg_group=cfg_group,
         ulysses_group=ulysses_group,
     )
+
+
+def _new_ulysses_group(rank: int, cfg_degree: int, ulysses_degree: int, timeout: timedelta,
+                       high_priority: bool) -> dist.ProcessGroup | None:
+    """This rank's Ulysses group (None with a Ulysses degree of 1), after every rank created
+    every one of them, in the same order (``torch.distributed.new_group``)."""
+    mine = None
+    for c in range(cfg_degree if ulysses_degree > 1 else 0):
+        group = dist.new_group([c * ulysses_degree + u for u in range(ulysses_degree)], timeout=timeout,
+                               pg_options=comm_options(dist.get_backend(), high_priority))
+        if c == rank // ulysses_degree:
+            mine = group
+    return mine
+
+
+def with_ulysses_priority(ctx: ParallelContext, high_priority: bool) -> ParallelContext:
+    """A copy of ``ctx`` whose Ulysses all-to-alls run on new groups of the given stream
+    priority (``comm_options``), for comparing the two. Every rank must call it.
+
+    Raises:
+        ParallelError: the new groups could not be set up.
+    """
+    with ctx.collective("setting up Ulysses groups"):
+        group = _new_ulysses_group(ctx.rank, ctx.cfg_degree, ctx.ulysses_degree, timedelta(seconds=ctx.timeout_s),
+                                   high_priority)
+    return replace(ctx, ulysses_group=group)
 
 
 # torch 2.13 renamed all_gather_into_tensor to all_gather_single and deprecated the old name;

@@ -11,6 +11,10 @@ PARALLEL_MODES = ("cfg", "ulysses", "cfg+ulysses")
 # Long enough for rank 0 to load and run the UMT5-XXL text encoder (11 GB of weights) while
 # the other ranks wait for its broadcast; short enough that a lost rank is not a hang.
 DEFAULT_TIMEOUT_S = 300.0
+# Ulysses splits each rank's N/P heads into this many groups and pipelines them: the
+# all-to-all of group g+1 (and the output of group g) runs while group g's attention does
+# (parallel/ulysses.py). 1 is the plain, unpipelined path. Swept by benchmarks/multi_gpu.py.
+DEFAULT_ULYSSES_HEAD_GROUPS = 3
 
 
 def degrees(mode: str, world_size: int) -> tuple[int, int]:
@@ -66,3 +70,43 @@ def check_cfg_parallel(guidance: float, cfg_mode: str) -> None:
         raise UsageError(f"CFG parallel needs guidance > 1 (two branches), got {guidance:g}; use --parallel ulysses")
     if cfg_mode != "sequential":
         raise UsageError(f"CFG parallel runs each branch on its own rank; --cfg {cfg_mode} does not apply")
+
+
+def head_group_sizes(heads_per_rank: int, groups: int | tuple[int, ...] = DEFAULT_ULYSSES_HEAD_GROUPS) -> list[int]:
+    """Heads in each of the Ulysses pipeline's head groups, in order.
+
+    Args:
+        heads_per_rank: N/P, the heads each rank attends over.
+        groups: a count G (``min(G, heads_per_rank)`` groups whose sizes differ by at most one,
+            the larger ones first), or the sizes themselves (e.g. ``(1, 4, 1)``: a small first
+            group shortens the wait for the first transfer, a small last one the wait for the
+            last output).
+
+    Raises:
+        UsageError: a count below 1, or sizes that are not positive or do not add up to
+            ``heads_per_rank``.
+    """
+    if isinstance(groups, int):
+        if groups < 1:
+            raise UsageError(f"Ulysses head groups must be at least 1, got {groups}")
+        count = min(groups, heads_per_rank)
+        base, extra = divmod(heads_per_rank, count)
+        return [base + (i < extra) for i in range(count)]
+    sizes = [int(n) for n in groups]
+    if not sizes or min(sizes) < 1 or sum(sizes) != heads_per_rank:
+        raise UsageError(f"Ulysses head group sizes {'+'.join(map(str, sizes)) or '(none)'} must be positive and add "
+                         f"up to the {heads_per_rank} heads each rank holds")
+    return sizes
+
+
+def parse_head_groups(text: str) -> int | tuple[int, ...]:
+    """``"3"`` -> 3 groups; ``"1+4+1"`` -> group sizes (1, 4, 1).
+
+    Raises:
+        UsageError: not a count or sizes joined by ``+``.
+    """
+    try:
+        parts = tuple(int(part) for part in text.split("+"))
+    except ValueError:
+        raise UsageError(f"Ulysses head groups {text!r}: expected a count (3) or sizes joined by + (1+4+1)") from None
+    return parts[0] if len(parts) == 1 else parts

@@ -1,0 +1,79 @@
+"""One rank of the Ulysses head-group checks on the CPU (gloo), launched per rank with the
+torchrun environment set by ``test_ulysses_pipeline.py``::
+
+    python ulysses_worker.py OUT_DIR SPEC [SPEC ...]
+
+For every head-group SPEC (``plan.parse_head_groups``: ``3``, ``2+1``, ...):
+
+1. ``Ulysses.attention`` on seeded q, k, v [2, 13, 6, 8] (B = 2; 13 tokens, so the shards
+   differ in length): this rank's rows of the output go to ``OUT_DIR/attention-rank{r}.pt``
+   (``{spec: [2, L_r, 6, 8]}``).
+2. 3 denoising steps of the tiny DiT with 6 heads (``SIX_HEADS``): rank 0 saves the final
+   latents to ``OUT_DIR/latents.pt`` (``{spec: [1, 16, 2, 6, 8]}``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from wanscope.parallel import setup_from_env
+from wanscope.parallel.plan import parse_head_groups
+from wanscope.parallel.ulysses import Ulysses, shard_dit, shard_sizes
+from wanscope.wan.attention import AttentionBackend
+from wanscope.wan.config import get_preset
+from wanscope.wan.pipeline import Components, denoise, initial_noise, latent_shape
+from wanscope.wan.sampler import FlowSampler, flow_schedule
+
+# the tiny preset has 2 heads, 1 per rank on 2 ranks: nothing to group. 6 heads of 16 give
+# 3 per rank on 2 ranks and 2 per rank on 3.
+SIX_HEADS = get_preset("tiny", dim=96, num_heads=6)
+STEPS, GUIDANCE = 3, 5.0
+HEIGHT, WIDTH, FRAMES = 48, 64, 5  # latents [1, 16, 2, 6, 8]: L = 24 tokens
+B, L, N, D = 2, 13, 6, 8
+
+
+def attention_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Seeded q, k, v [B, L, N, D] fp32, equal on every rank."""
+    g = torch.Generator().manual_seed(1)
+    return tuple(torch.randn(B, L, N, D, generator=g) for _ in range(3))
+
+
+def dit_inputs():
+    """(dit, noise, cond, uncond) of ``SIX_HEADS`` fp32 on the CPU, seeded."""
+    cfg = SIX_HEADS
+    dit = Components(config=cfg, device=torch.device("cpu"), dtype=torch.float32).dit()
+    g = torch.Generator().manual_seed(0)
+    cond = torch.randn(1, cfg.dit.text_len, cfg.dit.text_dim, generator=g)
+    uncond = torch.randn(1, cfg.dit.text_len, cfg.dit.text_dim, generator=g)
+    noise = initial_noise(latent_shape(cfg, HEIGHT, WIDTH, FRAMES), 0, torch.device("cpu"))
+    return dit, noise, cond, uncond
+
+
+def main(out_dir: Path, specs: list[str]) -> None:
+    with setup_from_env("ulysses", "cpu", timeout_s=60, num_heads=N) as ctx:
+        q, k, v = attention_inputs()
+        rope = torch.ones(L, 1, D // 2), torch.zeros(L, 1, D // 2)
+        rows = {}
+        for spec in specs:
+            ulysses = Ulysses(ctx, N, parse_head_groups(spec))
+            ulysses.shard(q.flatten(2), rope)  # records the token split
+            start = sum(shard_sizes(L, ctx.world_size)[: ctx.rank])
+            mine = slice(start, start + shard_sizes(L, ctx.world_size)[ctx.rank])
+            rows[spec] = ulysses.attention(q[:, mine], k[:, mine], v[:, mine], AttentionBackend.SDPA)
+        torch.save(rows, out_dir / f"attention-rank{ctx.rank}.pt")
+
+        latents = {}
+        for spec in specs:
+            dit, noise, cond, uncond = dit_inputs()
+            shard_dit(ctx, dit, parse_head_groups(spec))
+            sampler = FlowSampler(flow_schedule(STEPS, 5.0))
+            latents[spec] = denoise(dit, noise, cond, uncond, sampler, GUIDANCE, parallel=ctx)
+        if ctx.is_main:
+            torch.save(latents, out_dir / "latents.pt")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2:])

@@ -10,7 +10,11 @@ process group started with ``python -m torch.distributed.run``:
 
 - ``ours_1gpu``: ``wanscope.wan.pipeline.denoise`` on one GPU (the baseline);
 - ``ours_cfg_2gpu``: the same on 2 GPUs, one CFG branch per GPU, one all-gather per step;
-- ``ours_ulysses_Ngpu``: N GPUs, 1/N of the tokens per GPU, all-to-alls around attention;
+- ``ours_ulysses_Ngpu``: N GPUs, 1/N of the tokens per GPU, all-to-alls around attention, for
+  each head grouping of ``--head-groups`` in the same process group (``g=1``: the all-to-alls
+  not overlapped; ``g=3``: 3 head groups pipelined with attention; ``g=1+4+1``: explicit group
+  sizes; ``parallel/ulysses.py``), each on the high-priority NCCL stream ``setup_from_env``
+  gives the Ulysses group, and those of ``--normal-priority`` again on a normal-priority one;
 - ``ours_cfg+ulysses_Ngpu`` (N >= 4): 2 CFG branches x Ulysses over N/2;
 - ``diffusers_1gpu``: diffusers' ``WanTransformer3DModel``, two forwards per step;
 - ``diffusers_ulysses_Ngpu``: the same with ``enable_parallelism(ContextParallelConfig(ulysses_degree=N))``.
@@ -18,13 +22,18 @@ process group started with ``python -m torch.distributed.run``:
 ``--gpus 1,2`` (default) plans the 2-GPU cases; ``--gpus 1,2,4,8`` the scaling runs of issue 11
 (Ulysses only where the 12 heads divide: not over 8; ``plan_cases``). ``--only`` picks cases.
 
-Each case runs ``--warmup`` steps, then ``--steps`` steps, each timed on rank 0 with CUDA events
-recorded between steps (the loop never waits on the host, so events time the GPU's steps); the
-median is reported with min and max, and the peak memory of rank 0. Our parallel cases' final
-latents are compared with ``ours_1gpu`` (relative L2 error; CFG parallel should be exactly equal,
-Ulysses differs by bf16 rounding order). A case that fails is recorded with its error (last line)
-and the run goes on. NCCL_NVLS_ENABLE=0 and TORCH_SYMM_MEM_DISABLE_MULTICAST=1 are set for every
-case: NVLink multicast is off on the lent machines (device KINDS.md).
+Each case (each Ulysses variant) runs ``--warmup`` steps, then ``--steps`` steps, each timed on
+rank 0 with CUDA events recorded between steps (the loop never waits on the host, so events
+time the GPU's steps); the median is reported with min and max, and the peak memory of rank 0.
+Our parallel cases' final latents are compared with ``ours_1gpu`` (relative L2 error; CFG
+parallel should be exactly equal, Ulysses differs by bf16 rounding order and not at all
+between head groupings). Then every Ulysses variant runs one more step under torch.profiler
+on every rank: per rank, the step's communication kernel time and how much of it no compute
+kernel overlapped (``exposed``: |comm u compute| - |compute| over the step's kernels, the
+definition of ``wanscope analyze``'s ranks section), for the all-to-alls (``SendRecv``/
+``AllToAll`` kernels) and all communication. A case that fails is recorded with its error
+(last line) and the run goes on. NCCL_NVLS_ENABLE=0 and TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+are set for every case: NVLink multicast is off on the lent machines (device KINDS.md).
 
 Prints a table (speedup and scaling efficiency over the same implementation on one GPU, ours
 against diffusers on as many GPUs, the goals of issues 10 and 11), writes ``--out`` (JSON: one
@@ -33,7 +42,7 @@ row per case in ``cases``), ends with one line of JSON.
 parallelism needs an accelerator and is recorded as failed there.
 
 On 2x H200 (device tool, kind nvidia-h200-x2, Python 3.12, torch 2.11; the diffusers wheel
-carried in ``.whl/``; wanscope from ``src/`` without an install; about 3 minutes)::
+carried in ``.whl/``; wanscope from ``src/`` without an install; about 4 minutes)::
 
     export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/diffusers-*.whl
@@ -43,7 +52,7 @@ carried in ``.whl/``; wanscope from ``src/`` without an install; about 3 minutes
 On 4 or 8 GPUs (kinds nvidia-h200-x4/-x8, when lent): ``--gpus 1,2,4`` or ``--gpus 1,2,4,8``
 (split with ``--only`` if the cases do not fit in one 10-minute call).
 
-CPU smoke test (about a minute on 2 cores)::
+CPU smoke test (about two minutes on 2 cores)::
 
     python benchmarks/multi_gpu.py --smoke --out /tmp/multi_gpu.json
 """
@@ -103,6 +112,13 @@ def parse_args(argv=None):
     p.add_argument("--kernels", choices=["torch", "triton"], default="torch", help="our DiT's block kernels")
     p.add_argument("--gpus", default="1,2", help="comma-separated GPU counts (see plan_cases)")
     p.add_argument("--only", help="comma-separated subset of the planned case names")
+    p.add_argument("--head-groups", default="1,2,3,6,1+4+1",
+                   help="Ulysses head groupings to time, comma-separated: a count (3) or sizes (1+4+1); "
+                        "those that do not fit a case's heads per rank are skipped")
+    p.add_argument("--normal-priority", default="3",
+                   help="of those, the ones to time again with the all-to-alls on a normal-priority stream "
+                        "('' for none)")
+    p.add_argument("--no-profile", action="store_true", help="skip the profiled step of each Ulysses variant")
     p.add_argument("--case-timeout", type=int, default=300, help="seconds per case")
     p.add_argument("--smoke", action="store_true", help="tiny preset at 64x48x5 on the CPU (gloo)")
     p.add_argument("--out", type=Path, required=True, help="JSON file to write")
@@ -163,10 +179,75 @@ def _peak(device) -> int | None:
     return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
 
 
+def ulysses_variants(args, heads_per_rank: int) -> list[tuple[str, str, bool]]:
+    """(label, head groups as given, high priority) of each Ulysses variant to time: every grouping of
+    ``--head-groups`` that fits ``heads_per_rank`` on the high-priority stream, then those of
+    ``--normal-priority`` on a normal one; a grouping that gives the same group sizes as an
+    earlier one (a count above ``heads_per_rank``) is not run twice."""
+    from wanscope.errors import UsageError
+    from wanscope.parallel.plan import head_group_sizes, parse_head_groups
+
+    out, seen = [], set()
+    for option, high_priority in ((args.head_groups, True), (args.normal_priority, False)):
+        for spec in (t.strip() for t in option.split(",") if t.strip()):
+            try:
+                key = (tuple(head_group_sizes(heads_per_rank, parse_head_groups(spec))), high_priority)
+            except UsageError:
+                continue
+            if key not in seen:
+                seen.add(key)
+                out.append((f"g={spec}" + ("" if high_priority else " normal-priority"), spec, high_priority))
+    return out
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    total, end = 0, None
+    for start, stop in sorted(intervals):
+        if end is None or start > end:
+            total, end = total + stop - start, stop
+        elif stop > end:
+            total, end = total + stop - end, stop
+    return total
+
+
+def exposed_communication(trace: Path) -> dict:
+    """Communication in one profiled step, from the kernels of a Kineto trace (times in ms).
+
+    ``*_ms``: summed kernel time; ``exposed_*_ms``: time in which those kernels ran and no
+    compute kernel did (|X u compute| - |compute|, compute = every non-NCCL kernel; memory
+    operations are neither, as in ``wanscope.analysis.ranks``); for the all-to-alls (NCCL's
+    ``SendRecv``/``AllToAll`` kernels) and for all NCCL kernels. None without GPU kernels.
+    """
+    events = json.loads(trace.read_text())["traceEvents"]
+    kernels = [(round(float(e["ts"]) * 1000), round(float(e["dur"]) * 1000), e["name"].lower())
+               for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    if not kernels:
+        return {"kernels": 0}
+    span = [(s, s + d) for s, d, _ in kernels]
+    compute = [iv for iv, (_, _, n) in zip(span, kernels) if "nccl" not in n]
+    comm = [iv for iv, (_, _, n) in zip(span, kernels) if "nccl" in n]
+    a2a = [iv for iv, (_, _, n) in zip(span, kernels) if "nccl" in n and ("sendrecv" in n or "alltoall" in n)]
+    busy = _union_ns(compute)
+
+    def ms(ns):
+        return round(ns / 1e6, 3)
+
+    return {
+        "kernels": len(kernels), "step_gpu_ms": ms(max(e for _, e in span) - min(s for s, _ in span)),
+        "all_to_all_count": len(a2a), "all_to_all_ms": ms(sum(e - s for s, e in a2a)),
+        "exposed_all_to_all_ms": ms(_union_ns(a2a + compute) - busy),
+        "communication_ms": ms(sum(e - s for s, e in comm)),
+        "exposed_communication_ms": ms(_union_ns(comm + compute) - busy),
+    }
+
+
 def run_ours(args, mode, height, width) -> dict:
     import torch
+    import torch.distributed as dist
 
     from wanscope.parallel import setup_from_env, shard_dit
+    from wanscope.parallel.group import with_ulysses_priority
+    from wanscope.parallel.plan import parse_head_groups
     from wanscope.wan.config import get_preset
     from wanscope.wan.pipeline import Components, denoise
     from wanscope.wan.sampler import FlowSampler, flow_schedule
@@ -176,24 +257,70 @@ def run_ours(args, mode, height, width) -> dict:
     dtype = torch.float32 if args.smoke else torch.bfloat16
     ctx = setup_from_env(mode, device_type, num_heads=cfg.dit.num_heads) if mode else None
     device = ctx.device if ctx else torch.device(device_type)
+    rank = ctx.rank if ctx else 0
     with ctx or contextlib.nullcontext():
         dit = Components(config=cfg, device=device, dtype=dtype).dit()  # seeded: equal weights on every rank
         dit.kernels = args.kernels
-        if ctx:
-            shard_dit(ctx, dit)
-        cond, uncond, latents = _inputs(cfg, height, width, args.frames, device, dtype)
+        cond, uncond, noise = _inputs(cfg, height, width, args.frames, device, dtype)
         total = args.warmup + args.steps
         # the real 50-step schedule (longer in a smoke run with more steps than the tiny preset's 4)
-        sampler = FlowSampler(flow_schedule(max(cfg.sampling.steps, total), cfg.sampling.shift))
-        clock = _Clock(device)
-        clock.mark()
-        latents = denoise(dit, latents, cond, uncond, sampler, cfg.sampling.guidance, stop=total,
-                          on_step=lambda i, _x: clock.mark(), parallel=ctx)
-        step_ms = clock.step_ms()[args.warmup:]
-        rank = ctx.rank if ctx else 0
-        if rank == 0:
-            torch.save(latents.cpu(), args.work / "latents.pt")
-        return {"rank": rank, "step_ms": step_ms, "peak_memory_bytes": _peak(device)}
+        schedule = flow_schedule(max(cfg.sampling.steps, total), cfg.sampling.shift)
+        variants = [(None, None, True)]
+        if ctx and ctx.ulysses_degree > 1:
+            variants = ulysses_variants(args, cfg.dit.num_heads // ctx.ulysses_degree)
+        contexts = {True: ctx}
+        rows = []
+        for label, groups, high_priority in variants:
+            if high_priority not in contexts:
+                contexts[high_priority] = with_ulysses_priority(ctx, high_priority)
+            vctx = contexts[high_priority]
+            if groups is not None:
+                shard_dit(vctx, dit, parse_head_groups(groups))  # replaces the previous variant's hooks
+            clock = _Clock(device)
+            clock.mark()
+            latents = denoise(dit, noise, cond, uncond, FlowSampler(schedule), cfg.sampling.guidance, stop=total,
+                              on_step=lambda i, _x, mark=clock.mark: mark(), parallel=vctx)
+            row = {"variant": label, "head_groups": groups,
+                   "comm_priority": None if groups is None else ("high" if high_priority else "normal"),
+                   "step_ms": clock.step_ms()[args.warmup:], "peak_memory_bytes": _peak(device)}
+            name = "latents.pt" if label is None else f"latents-{label.replace(' ', '-')}.pt"
+            if rank == 0:
+                torch.save(latents.cpu(), args.work / name)
+                row["latents"] = name
+            if groups is not None and not args.no_profile:
+                row["profile"] = profile_step(args, dit, noise, cond, uncond, schedule, cfg, vctx, label)
+            rows.append(row)
+        if ctx:
+            dist.barrier()
+        return {"rank": rank, "rows": rows}
+
+
+def profile_step(args, dit, noise, cond, uncond, schedule, cfg, ctx, label) -> list[dict]:
+    """One step under torch.profiler on every rank; every rank's ``exposed_communication`` of
+    it, in rank order."""
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile
+
+    from wanscope.wan.pipeline import denoise
+    from wanscope.wan.sampler import FlowSampler
+
+    cuda = ctx.device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    if cuda:
+        torch.cuda.synchronize()
+    dist.barrier()
+    with profile(activities=activities) as prof:
+        denoise(dit, noise, cond, uncond, FlowSampler(schedule), cfg.sampling.guidance, stop=1, parallel=ctx)
+        if cuda:
+            torch.cuda.synchronize()
+    trace = args.work / f"trace-{label.replace(' ', '-')}-rank{ctx.rank}.json"
+    prof.export_chrome_trace(str(trace))
+    mine = {"rank": ctx.rank, **exposed_communication(trace)}
+    trace.unlink()
+    everyone: list = [None] * ctx.world_size
+    dist.all_gather_object(everyone, mine)
+    return everyone
 
 
 def run_diffusers(args, mode, height, width) -> dict:
@@ -237,7 +364,8 @@ def run_diffusers(args, mode, height, width) -> dict:
                 for context in (cond, uncond):
                     model(hidden_states=latents, timestep=t, encoder_hidden_states=context, return_dict=False)
                 clock.mark()
-        return {"rank": rank, "step_ms": clock.step_ms()[args.warmup:], "peak_memory_bytes": _peak(device)}
+        return {"rank": rank, "rows": [{"variant": None, "head_groups": None, "comm_priority": None,
+                                        "step_ms": clock.step_ms()[args.warmup:], "peak_memory_bytes": _peak(device)}]}
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -253,29 +381,40 @@ def worker(args) -> None:
 
 # ---------------------------------------------------------------- driver side
 
-def run_case(args, name: str, procs: int, impl: str, mode: str | None, work: Path) -> dict:
+def run_case(args, name: str, procs: int, impl: str, mode: str | None, work: Path) -> list[dict]:
+    """The rows of one case (one per Ulysses variant, else one), or one row with its error."""
     work.mkdir(parents=True, exist_ok=True)
     passthrough = ["--preset", args.preset, "--size", args.size, "--frames", str(args.frames),
                    "--warmup", str(args.warmup), "--steps", str(args.steps), "--kernels", args.kernels,
-                   "--out", str(args.out), "--case", name, "--impl", impl, "--mode", mode or "",
+                   "--head-groups", args.head_groups, "--normal-priority", args.normal_priority,
+                   *(["--no-profile"] if args.no_profile else []), "--out", str(args.out), "--case", name, "--impl", impl, "--mode", mode or "",
                    "--work", str(work)] + (["--smoke"] if args.smoke else [])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs),
            __file__, *passthrough]
     row = {"case": name, "implementation": impl, "parallel": mode, "gpus": procs}
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.case_timeout)
+        r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=args.case_timeout)
     except subprocess.TimeoutExpired:
-        return {**row, "error": f"timed out after {args.case_timeout} s"}
+        return [{**row, "error": f"timed out after {args.case_timeout} s"}]
     if r.returncode != 0 or not (work / "result.json").exists():
         # the worker's exception ("ValueError: ...", "[rank0]: ValueError: ..."), else the last line
         lines = [ln for ln in r.stderr.splitlines() if re.match(r"(\[rank\d+\]: )?\w+(Error|Exception)\b", ln)]
         lines = lines or [ln for ln in r.stderr.splitlines() if ln.strip()] or [f"exit code {r.returncode}"]
-        return {**row, "error": lines[-1][:500]}
+        return [{**row, "error": lines[-1][:500]}]
     res = json.loads((work / "result.json").read_text())
-    ms = res["step_ms"]
-    return {**row, "step_ms_median": round(statistics.median(ms), 3), "step_ms_min": round(min(ms), 3),
+    rows = []
+    for sub in res["rows"]:
+        ms = sub["step_ms"]
+        rows.append({
+            **row, "case": name if sub["variant"] is None else f"{name} {sub['variant']}",
+            "head_groups": sub["head_groups"], "comm_priority": sub["comm_priority"],
+            "step_ms_median": round(statistics.median(ms), 3), "step_ms_min": round(min(ms), 3),
             "step_ms_max": round(max(ms), 3), "step_ms": [round(v, 3) for v in ms],
-            "peak_memory_gib": None if res["peak_memory_bytes"] is None else round(res["peak_memory_bytes"] / GIB, 3)}
+            "peak_memory_gib": None if sub["peak_memory_bytes"] is None else round(sub["peak_memory_bytes"] / GIB, 3),
+            "latents": None if sub.get("latents") is None else str(work / sub["latents"]),
+            **({"profile": sub["profile"]} if "profile" in sub else {}),
+        })
+    return rows
 
 
 def rel_l2(a, b) -> float:
@@ -298,11 +437,12 @@ def main(args) -> dict:
     work = Path(tempfile.mkdtemp(prefix="wanscope-multi-gpu-"))
     rows = []
     for name, (procs, impl, mode) in cases.items():
-        row = run_case(args, name, procs, impl, mode, work / name)
-        rows.append(row)
-        print(f"{name}: " + (row.get("error") or f"{row['step_ms_median']} ms/step"), file=sys.stderr, flush=True)
+        for row in run_case(args, name, procs, impl, mode, work / name):
+            rows.append(row)
+            print(f"{row['case']}: " + (row.get("error") or f"{row['step_ms_median']} ms/step"), file=sys.stderr,
+                  flush=True)
     by = {r["case"]: r for r in rows}
-    base = work / "ours_1gpu" / "latents.pt"
+    base = by.get("ours_1gpu", {}).get("latents")
     for row in rows:
         one = by.get(f"{row['implementation']}_1gpu", {})
         if row["gpus"] > 1 and "step_ms_median" in row and "step_ms_median" in one:
@@ -311,12 +451,14 @@ def main(args) -> dict:
         theirs = by.get(f"diffusers_ulysses_{row['gpus']}gpu", {})
         if row["implementation"] == "ours" and "step_ms_median" in row and "step_ms_median" in theirs:
             row["speedup_vs_diffusers_ulysses"] = round(theirs["step_ms_median"] / row["step_ms_median"], 3)
-        mine = work / row["case"] / "latents.pt"
-        if row["implementation"] == "ours" and row["parallel"] and base.exists() and mine.exists():
+    for row in rows:  # after every comparison: the paths point into the run's temporary folder
+        mine = row.pop("latents", None)
+        if row["implementation"] == "ours" and row["parallel"] and base and mine:
             row["rel_l2_vs_ours_1gpu"] = rel_l2(torch.load(mine), torch.load(base))
     result = {
         "benchmark": "multi_gpu", "preset": args.preset, "size": args.size, "frames": args.frames,
         "warmup_steps": args.warmup, "timed_steps": args.steps, "kernels": args.kernels, "smoke": args.smoke,
+        "head_groups": args.head_groups, "normal_priority": args.normal_priority,
         "torch": torch.__version__, "cuda_devices": torch.cuda.device_count(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "env": {k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")},
@@ -341,22 +483,31 @@ def print_table(result: dict) -> None:
     print(f"\n{result['preset']} {result['size']}x{result['frames']}, {result['timed_steps']} timed steps after "
           f"{result['warmup_steps']} warm-up; {result['gpu'] or 'CPU'}, torch {result['torch']}, "
           f"diffusers {result['diffusers']}")
-    header = (f"{'case':<26} {'GPUs':>4} {'median ms/step':>15} {'min':>9} {'max':>9} {'speedup':>8} "
-              f"{'eff. %':>7} {'vs diffusers':>12} {'peak GiB':>9} {'rel L2 vs 1 GPU':>16}")
+    width = max([26] + [len(r["case"]) for r in result["cases"]])
+    header = (f"{'case':<{width}} {'GPUs':>4} {'median ms/step':>15} {'min':>9} {'max':>9} {'speedup':>8} "
+              f"{'eff. %':>7} {'vs diffusers':>12} {'peak GiB':>9} {'rel L2 vs 1 GPU':>16} "
+              f"{'a2a ms/step':>12} {'exposed':>8}")
     print(header)
     print("-" * len(header))
 
     def cell(row, key, fmt):
         return "-" if row.get(key) is None else format(row[key], fmt)
 
+    def worst(row, key):  # the profiled step's figure of the rank where it is largest
+        values = [p.get(key) for p in row.get("profile") or [] if p.get(key) is not None]
+        return "-" if not values else f"{max(values):.2f}"
+
     for r in result["cases"]:
         if "error" in r:
-            print(f"{r['case']:<26} {r['gpus']:>4} failed: {r['error']}")
+            print(f"{r['case']:<{width}} {r['gpus']:>4} failed: {r['error']}")
             continue
-        print(f"{r['case']:<26} {r['gpus']:>4} {r['step_ms_median']:>15,.1f} {r['step_ms_min']:>9,.1f} "
+        print(f"{r['case']:<{width}} {r['gpus']:>4} {r['step_ms_median']:>15,.1f} {r['step_ms_min']:>9,.1f} "
               f"{r['step_ms_max']:>9,.1f} {cell(r, 'speedup_vs_1gpu', '.3f'):>8} {cell(r, 'efficiency_pct', '.1f'):>7} "
               f"{cell(r, 'speedup_vs_diffusers_ulysses', '.3f'):>12} {cell(r, 'peak_memory_gib', '.2f'):>9} "
-              f"{cell(r, 'rel_l2_vs_ours_1gpu', '.2e'):>16}")
+              f"{cell(r, 'rel_l2_vs_ours_1gpu', '.2e'):>16} {worst(r, 'all_to_all_ms'):>12} "
+              f"{worst(r, 'exposed_all_to_all_ms'):>8}")
+    print("a2a ms/step, exposed: the all-to-all kernels' time in one profiled step, and the part of it no compute "
+          "kernel overlapped (the larger of the ranks)")
     for r in result["cases"]:
         goal = GOALS.get(r["gpus"])
         if r["implementation"] == "ours" and goal and r.get("speedup_vs_1gpu") is not None:

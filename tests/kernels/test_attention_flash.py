@@ -34,6 +34,7 @@ from wanscope.kernels.attention_flash import (
     reference,
 )
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: the interpreter (conftest)
 # (B, Lq, Lk, N, D)
 SHAPES = [(2, 37, 37, 3, 32), (1, 100, 70, 2, 64), (1, 33, 300, 1, 16), (1, 1, 1, 1, 16), (1, 48, 48, 2, 128)]
 SMALL = FlashConfig(block_m=16, block_n=16, num_warps=4, num_stages=1)
@@ -48,7 +49,7 @@ def _inputs(shape, dtype, seed):
     q = torch.randn(b, lq, n, d, generator=g) * 2
     k = torch.randn(b, lk, n, d, generator=g) * 2 + 1  # a mean over tokens for the smoothing to remove
     v = torch.randn(b, lk, n, d, generator=g)
-    return q.to(dtype), k.to(dtype), v.to(dtype)
+    return q.to(DEVICE, dtype), k.to(DEVICE, dtype), v.to(DEVICE, dtype)
 
 
 def _f64(q, k, v):
@@ -104,7 +105,7 @@ def test_warp_specialized_loop_and_device_descriptors():
     q, k, v = _inputs((2, 37, 45, 3, 32), torch.float16, seed=3)
     host = attention_flash(q, k, v, config=SMALL)
     device = attention_flash(q, k, v, config=FlashConfig(16, 16, 4, 1, warp_specialize=True))
-    assert torch.equal(host, device)
+    assert torch.equal(host, device) if _dispatch.INTERPRET else _rel(host, device) <= 1e-3
     fast = attention_flash(q, k, v, "int8", "e4m3", FlashConfig(16, 16, 4, 1, warp_specialize=True))
     assert _rel(fast, _f64(q, k, v)) <= FAST_BOUND[("int8", "e4m3")]
 
@@ -113,7 +114,7 @@ def test_strided_slices_of_a_fused_qkv():
     """q, k, v as the thirds of a [B, L, 3C] projection (rows 3C apart), as the DiT passes them:
     read in place by the descriptors, same result as contiguous copies."""
     b, l, n, d = 2, 21, 2, 32
-    qkv = torch.randn(b, l, 3 * n * d, generator=torch.Generator().manual_seed(7)).half()
+    qkv = torch.randn(b, l, 3 * n * d, generator=torch.Generator().manual_seed(7)).to(DEVICE, torch.float16)
     q, k, v = (qkv[..., i * n * d : (i + 1) * n * d].unflatten(-1, (n, d)) for i in range(3))
     assert not v.is_contiguous()
     out = attention_flash(q, k, v, config=SMALL)
@@ -124,7 +125,7 @@ def test_strided_slices_of_a_fused_qkv():
 def test_head_major_views_are_copied():
     """[B, N, L, D] storage seen as [B, L, N, D] (heads not side by side): copied, still right."""
     g = torch.Generator().manual_seed(9)
-    q, k, v = (torch.randn(1, 2, 19, 16, generator=g).half().transpose(1, 2) for _ in range(3))
+    q, k, v = (torch.randn(1, 2, 19, 16, generator=g).to(DEVICE, torch.float16).transpose(1, 2) for _ in range(3))
     out = attention_flash(q, k, v, config=SMALL)
     assert _rel(out, _f64(q, k, v)) <= 1.5 * _rel(_sdpa(q, k, v), _f64(q, k, v))
 
@@ -132,7 +133,7 @@ def test_head_major_views_are_copied():
 def test_cpu_reference_without_interpreter(monkeypatch):
     """Off the interpreter, CPU tensors run the torch reference (fp32 inputs allowed)."""
     monkeypatch.setattr(_dispatch, "INTERPRET", False)
-    q, k, v = _inputs((2, 9, 13, 2, 16), torch.float32, seed=4)
+    q, k, v = (t.cpu() for t in _inputs((2, 9, 13, 2, 16), torch.float32, seed=4))
     assert _rel(attention_flash(q, k, v), _f64(q, k, v)) <= 1e-6
     assert _rel(attention_flash(q, k, v, "int8", "exact"), _f64(q, k, v)) <= FAST_BOUND[("int8", "exact")]
 
@@ -171,7 +172,7 @@ def test_rejects_bad_inputs():
     q = torch.zeros(1, 4, 1, 24)
     with pytest.raises(ValueError, match="head dim"):
         attention_flash(q, q, q)
-    q = torch.zeros(1, 4, 2, 16).half()
+    q = torch.zeros(1, 4, 2, 16, device=DEVICE, dtype=torch.float16)
     with pytest.raises(ValueError, match="expected"):
         attention_flash(q, q[:, :, :1], q[:, :, :1])
     with pytest.raises(ValueError, match="qk must be"):
@@ -180,6 +181,6 @@ def test_rejects_bad_inputs():
         attention_flash(q, q[:, :0], q[:, :0])
     with pytest.raises(ValueError, match="config"):
         attention_flash(q, q, q, config=FlashConfig(block_m=8))
-    if _dispatch.INTERPRET:
+    if _dispatch.use_triton(q):
         with pytest.raises(ValueError, match="bf16 or fp16"):
             attention_flash(q.float(), q.float(), q.float())

@@ -1,0 +1,215 @@
+"""Attention alone at the Wan2.1 1.3B shape: cuDNN against our Triton kernels, one GPU run.
+
+At [B, L, N, D] = [1, 32760, 12, 128] bf16 on CUDA, on the layouts the fused DiT block hands
+attention (q and k contiguous token-major, v the strided third of a [B, L, 3C] QKV output):
+
+* cuDNN: ``wan.attention.attention(..., AttentionBackend.CUDNN)``, the DiT's own call (SDPA on
+  the [B, N, L, D] transposed views, cuDNN forced);
+* ``attention_int8`` (``kernels/attention_int8.py``), P V in e4m3 and in bf16 (it autotunes on
+  its first call: that call is its warm-up);
+* ``attention_flash`` (``kernels/attention_flash.py``) over ``GRID``: each precision (exact;
+  int8 or e4m3 ``Q K^T``; e4m3 ``P V``) at several ``FlashConfig``s.
+
+Each contender: compile/first-call wall time, then the median of ``--repeats`` (>= 10) CUDA-event
+timed calls after ``--warmup`` more, TFLOP/s (4 B N L^2 D FLOP), ratio to cuDNN, relative L2
+error against float64 attention (``fast_mode.attention_f64``: float64 on the GPU in query
+chunks). A contender that fails (compile error, launch error) is recorded and skipped; once
+``--budget-min`` minutes have passed the remaining configs are recorded as skipped. The 8-bit
+rows also give the time of their torch quantization passes alone (``quant_ms``, included in
+``ms``).
+
+Prints a table and ends with one line of JSON; writes ``OUT/attention_sweep-YYYY-MM-DD.json``.
+``--smoke`` runs the same code at [1, 40, 2, 32] on the CPU through Triton's interpreter
+(timings meaningless; checks the script and every kernel variant).
+
+    python3 benchmarks/attention_sweep.py --out benchmarks/results
+    python3 benchmarks/attention_sweep.py --smoke --out /tmp/sweep
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+# (qk, pv, block_m, block_n, num_warps, num_stages, warp_specialize, maxnreg): exact first (issue 8),
+# then the 8-bit modes (issue 9). Triton's loop keeps a CTA's warpgroups in step (CTA barriers
+# around the TMA ring) and waits for Q K^T before the softmax, so the tensor cores idle during a
+# CTA's softmax unless another CTA on the SM is in its MMAs: hence configs that fit two or more
+# CTAs per SM (registers x threads <= 64K, shared memory <= ~113 KB; counts from ptxas for sm_90a,
+# Triton 3.7) beside the usual 128x128/8-warp one. ctas/SM after each row.
+GRID = [
+    ("exact", "exact", 128, 128, 8, 2, False, 0),  # 1 (208 regs, 160 KB)
+    ("exact", "exact", 128, 128, 8, 3, False, 0),  # 1
+    ("exact", "exact", 128, 64, 8, 3, False, 0),  # 1
+    ("exact", "exact", 128, 64, 8, 2, False, 128),  # 2 (128 regs, 96 KB, no spills)
+    ("exact", "exact", 128, 64, 8, 1, False, 0),  # 2 (no prefetch: the other CTA hides the loads)
+    ("exact", "exact", 64, 64, 4, 2, False, 0),  # 2 (80 KB)
+    ("exact", "exact", 64, 128, 4, 1, False, 0),  # 2
+    ("exact", "exact", 64, 64, 4, 1, False, 0),  # 4
+    ("exact", "exact", 64, 128, 4, 2, False, 0),  # 1 (144 KB)
+    ("exact", "exact", 128, 128, 8, 2, True, 0),  # 1, Hopper warp specialization
+    ("exact", "exact", 128, 64, 8, 2, True, 128),  # 2, same
+    ("int8", "exact", 128, 128, 8, 2, False, 0),  # 1
+    ("int8", "exact", 64, 128, 4, 2, False, 0),  # 2
+    ("int8", "exact", 64, 64, 4, 2, False, 0),  # 3
+    ("int8", "exact", 128, 64, 8, 2, False, 128),  # 2 (80 B spills)
+    ("e4m3", "e4m3", 128, 128, 8, 2, False, 0),  # 1
+    ("e4m3", "e4m3", 64, 128, 4, 2, False, 0),  # 2
+    ("e4m3", "e4m3", 64, 128, 4, 3, False, 0),  # 2
+    ("e4m3", "e4m3", 64, 64, 4, 2, False, 0),  # 2
+    ("e4m3", "exact", 64, 128, 4, 2, False, 0),  # 2
+    ("int8", "e4m3", 64, 128, 4, 2, False, 0),  # 2
+    ("exact", "e4m3", 64, 128, 4, 2, False, 0),  # 2
+]
+
+
+def _parse(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--smoke", action="store_true", help="tiny shape on the CPU through Triton's interpreter")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed calls after the first (default 2; smoke 1)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed calls, >= 10 (default 10; smoke 2)")
+    ap.add_argument("--budget-min", type=float, default=4.0, help="stop starting new configs after this")
+    ap.add_argument("--only", default="", help="comma-separated row indices of GRID to run (default: all)")
+    ap.add_argument("--skip-int8", action="store_true", help="skip attention_int8 (it autotunes: ~40 s)")
+    args = ap.parse_args(argv)
+    args.warmup = args.warmup if args.warmup is not None else (1 if args.smoke else 2)
+    args.repeats = args.repeats if args.repeats is not None else (2 if args.smoke else 10)
+    if args.repeats < 10 and not args.smoke:
+        ap.error("--repeats must be >= 10")
+    return args
+
+
+def main(argv=None) -> dict:
+    args = _parse(argv)
+    if args.smoke:  # before triton's first import: triton.jit picks the interpreter then
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import torch
+    from _common import rel_l2, time_ms, version, write_result
+    from fast_mode import attention_f64
+
+    from wanscope.kernels.attention_flash import (
+        FlashConfig,
+        attention_flash,
+        quantize_qk,
+        quantize_v,
+    )
+    from wanscope.kernels.attention_int8 import attention_int8
+    from wanscope.wan.attention import AttentionBackend, attention
+
+    device = torch.device("cpu" if args.smoke else "cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("attention_sweep: CUDA is not available (use --smoke for a CPU check)")
+    b, l, n, d = (1, 40, 2, 32) if args.smoke else (1, 32760, 12, 128)
+    flop = 4 * b * n * l * l * d
+    g = torch.Generator(device=device).manual_seed(0)
+    qkv = torch.randn(b, l, 3 * n * d, generator=g, device=device).to(torch.bfloat16)  # [B, L, 3C]
+    q, k = (qkv[..., i * n * d : (i + 1) * n * d].contiguous().unflatten(-1, (n, d)) for i in range(2))
+    v = qkv[..., 2 * n * d :].unflatten(-1, (n, d))  # [B, L, N, D] view, rows 3C apart, as in wan/fused.py
+    ref = attention_f64(q, k, v)
+
+    result = {"benchmark": "attention_sweep", "date": datetime.date.today().isoformat(), "smoke": args.smoke,
+              "shape_blnd": [b, l, n, d], "flop": flop, "torch": torch.__version__, "triton": version("triton"),
+              "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "rows": []}
+    t_start = time.perf_counter()
+
+    def run(name, fn, extra):
+        row = {"name": name, **extra}
+        print(f"... {name}", file=sys.stderr, flush=True)
+        try:
+            t0 = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            row["first_call_s"] = round(time.perf_counter() - t0, 2)
+            times, out = time_ms(fn, device, args.warmup, args.repeats)
+            ms = statistics.median(times)
+            row.update(ms=round(ms, 4), times_ms=[round(t, 4) for t in times], tflops=round(flop / ms / 1e9, 1),
+                       rel_l2_vs_f64=rel_l2(out, ref))
+        except Exception as exc:  # noqa: BLE001 - a failing contender is recorded, the sweep goes on
+            traceback.print_exc()
+            row["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+        result["rows"].append(row)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return row
+
+    run("cuDNN SDPA bf16", lambda: attention(q, k, v, AttentionBackend.CUDNN if device.type == "cuda"
+                                             else AttentionBackend.SDPA), {"kind": "cudnn"})
+    if not args.skip_int8:
+        run("attention_int8: int8 QK, e4m3 PV", lambda: attention_int8(q, k, v, True), {"kind": "int8_kernel"})
+        run("attention_int8: int8 QK, bf16 PV", lambda: attention_int8(q, k, v, False), {"kind": "int8_kernel"})
+
+    quant_ms = {}
+    for key, fn in (("int8", lambda: quantize_qk(q, k, "int8")), ("e4m3", lambda: quantize_qk(q, k, "e4m3")),
+                    ("v_e4m3", lambda: quantize_v(v))):
+        try:
+            quant_ms[key] = round(statistics.median(time_ms(fn, device, args.warmup, args.repeats)[0]), 4)
+        except Exception as exc:  # noqa: BLE001 - recorded; the rows that need it show no quant_ms
+            traceback.print_exc()
+            quant_ms[key] = f"{type(exc).__name__}: {exc}"
+    result["quant_ms"] = quant_ms
+
+    only = {int(i) for i in args.only.split(",") if i}
+    for i, (qk, pv, bm, bn, warps, stages, ws, maxnreg) in enumerate(GRID):
+        if only and i not in only:
+            continue
+        cfg = FlashConfig(bm, bn, warps, stages, ws, maxnreg)
+        name = (f"flash[{i}] qk={qk} pv={pv} {bm}x{bn} w{warps} s{stages}" + (" ws" if ws else "")
+                + (f" maxnreg={maxnreg}" if maxnreg else ""))
+        extra = {"kind": "flash", "index": i, "qk": qk, "pv": pv, "config": cfg.__dict__}
+        if time.perf_counter() - t_start > 60 * args.budget_min:
+            result["rows"].append({"name": name, **extra, "error": "skipped: time budget"})
+            continue
+        row = run(name, lambda qk=qk, pv=pv, cfg=cfg: attention_flash(q, k, v, qk, pv, cfg), extra)
+        parts = ([qk] if qk != "exact" else []) + (["v_e4m3"] if pv == "e4m3" else [])
+        quant = [quant_ms[p] for p in parts if isinstance(quant_ms.get(p), float)]
+        row["quant_ms"] = round(sum(quant), 4) if quant else None
+
+    cudnn_ms = result["rows"][0].get("ms")
+    for r in result["rows"]:
+        if "ms" in r and cudnn_ms:
+            r["x_cudnn"] = round(r["ms"] / cudnn_ms, 3)
+    flash = [r for r in result["rows"] if r["kind"] == "flash" and "ms" in r]
+
+    def best(rows):
+        return min(rows, key=lambda r: r["ms"])["name"] if rows else None
+
+    result["best"] = {
+        "exact": best([r for r in flash if r["qk"] == r["pv"] == "exact"]),
+        "fast_rel_l2_le_1e-2": best([r for r in flash if r["rel_l2_vs_f64"] <= 1e-2 and r["qk"] != "exact"]),
+        "any": best(flash),
+    }
+    result["wall_s"] = round(time.perf_counter() - t_start, 1)
+    path = write_result(args.out, "attention_sweep", result)
+
+    print(f"{result['device']}  torch {torch.__version__}  triton {result['triton']}  [B, L, N, D] = {[b, l, n, d]}"
+          f"  {flop / 1e12:.2f} TFLOP per call")
+    print(f"{'contender':58} {'ms':>8} {'TFLOP/s':>8} {'x cuDNN':>8} {'rel L2':>9} {'1st s':>6} {'quant ms':>8}")
+    for r in result["rows"]:
+        if "ms" not in r:
+            print(f"{r['name'][:58]:58} FAILED: {r['error'][:100]}")
+            continue
+        qms = f"{r['quant_ms']:>8.3f}" if r.get("quant_ms") else f"{'':>8}"
+        print(f"{r['name'][:58]:58} {r['ms']:>8.3f} {r['tflops']:>8.1f} {r.get('x_cudnn', 0):>8.3f} "
+              f"{r['rel_l2_vs_f64']:>9.2e} {r['first_call_s']:>6.1f} {qms}")
+    print(f"quantization passes alone (ms): {quant_ms}")
+    print(f"best: {result['best']}")
+    print(f"wrote {path}")
+    summary = {"benchmark": "attention_sweep", "json": str(path), "best": result["best"], "rows": {
+        r["name"]: {k: r.get(k) for k in ("ms", "tflops", "x_cudnn", "rel_l2_vs_f64", "error")} for r in result["rows"]}}
+    print(json.dumps(summary))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -20,9 +20,9 @@ import gzip
 import json
 import os
 import queue
-import threading
 import re
 import tempfile
+import threading
 import zlib
 from pathlib import Path
 
@@ -32,7 +32,8 @@ import orjson
 
 from wanscope.errors import InputError
 
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 16 << 20  # bytes of events per file DuckDB parses
+STAGE_FILES = 4  # files per staging statement, parsed on parallel threads
 EVENTS_KEY = b'"traceEvents"'
 _EVENTS_KEY_RE = re.compile(rb'"traceEvents"[ \t\r\n]*:')
 _BLANKS_RE = re.compile(rb"[ \t\r\n]*")
@@ -91,7 +92,7 @@ SELECT
   args.stream AS stream_txt, args.grid AS grid_txt, args.block AS block_txt,
   args."registers per thread" AS regs_txt, args."shared memory" AS smem_txt,
   args.bytes AS bytes_txt, args."Input Dims" AS input_dims, args.name AS arg_name
-FROM read_json(?, format = 'newline_delimited', columns = {columns}, ignore_errors = true)
+FROM read_json(?, format = 'array', columns = {columns}, ignore_errors = true)
 """
 
 
@@ -169,139 +170,151 @@ def _header_dict(header: bytes, trailer: bytes, path: Path) -> dict:
     return meta
 
 
-class _NdjsonWriter:
-    """Collects NDJSON chunks and stages each one into DuckDB."""
+class _ChunkWriter:
+    """Writes runs of whole events as JSON-array files (``[`` + events + ``]``) for DuckDB.
 
-    def __init__(self, con, tmpdir: str, stage):
-        self.con, self.path, self.stage = con, os.path.join(tmpdir, "events.ndjson"), stage
+    DuckDB's ``format = 'array'`` reader parses the events as they are laid out (one block
+    of lines each, one line each, or anything else), so the file's bytes are copied, never
+    rewritten. Invalid UTF-8 is replaced by U+FFFD (DuckDB refuses it) and the events that
+    held some are counted.
+    """
+
+    def __init__(self, tmpdir: str, marker: bytes = b"\n{"):
+        self.tmpdir, self.marker = tmpdir, marker
         self.undecodable = 0
-        self.events = 0
+        self.written = 0
 
-    def write(self, data: bytes) -> None:
-        if not data.strip():
-            return
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            lines = data.split(b"\n")
-            fixed = [ln.decode("utf-8", "replace").encode() for ln in lines]
-            self.undecodable += sum(a != b for a, b in zip(lines, fixed))
-            data = b"\n".join(fixed)
-        with open(self.path, "wb") as out:
-            out.write(data)
-        self.events += data.count(b"\n") + (not data.endswith(b"\n"))
-        self.stage(self.path)
+    def write(self, buf: bytes, n: int) -> str | None:
+        """Write ``buf[:n]`` (whole events, each led by ``marker``, with or without a
+        trailing comma) to a new file; return its path, None if it is blank."""
+        view = memoryview(buf)[:n]
+        if not buf.isascii():  # rare: the fast check covers almost every trace
+            body = bytes(view)
+            try:
+                body.decode("utf-8")
+            except UnicodeDecodeError:
+                events = body.split(self.marker)
+                fixed = [e.decode("utf-8", "replace").encode() for e in events]
+                self.undecodable += sum(x != y for x, y in zip(events, fixed))
+                body = self.marker.join(fixed)
+            view = memoryview(body)
+        n = len(view)
+        while n and view[n - 1] in b", \t\r\n":  # the comma before the next run's first event
+            n -= 1
+        if not n:
+            return None
+        path = os.path.join(self.tmpdir, f"chunk-{self.written}.json")
+        self.written += 1
+        with open(path, "wb") as out:
+            out.write(b"[")
+            out.write(view[:n])
+            out.write(b"\n]")
+        return path
 
 
 class _Layout:
-    """How the events region is laid out, read from its first event.
+    """Where whole events begin in the events region, read from its first event.
 
-    ``block``: torch.profiler's own layout, each event a block of lines (``  {`` at two
-    spaces, inner lines at four or more); collapsed onto one line each with byte-level
-    replaces. ``lines``: one event per line at a fixed indentation (re-written traces).
+    Every event starts on a new line at one fixed indentation: torch.profiler's own layout
+    writes ``  {`` at two spaces (inner lines at four or more), re-written traces one event
+    per line. JSON never holds a raw newline inside a string and deeper lines are indented
+    further, so "newline + that indentation + ``{``" is always an event boundary: the region
+    is cut there into runs of whole events, without parsing it. The region ends at
+    "newline + that indentation + ``]``".
     """
 
-    def __init__(self, kind: str, indent: bytes):
-        self.kind, self.indent = kind, indent
-        self.cut = b"\n" + indent + b"{" if kind == "block" else b"\n"
-        self.end = re.compile(rb"\n" + re.escape(indent) + rb"\]")
+    def __init__(self, indent: bytes):
+        self.marker = b"\n" + indent + b"{"
+        self.end = b"\n" + indent + b"]"
 
     @classmethod
-    def detect(cls, rest: bytes) -> "_Layout | None":
+    def detect(cls, rest: bytes) -> _Layout | None:
         m = re.match(rb"[ \t]*\n([ \t]*)\{([^\n]*)\n", rest)
         if not m:
             return None
         indent, first_line = m.group(1), m.group(2)
         if indent == b"  " and first_line.strip() == b"":
-            return cls("block", indent)
+            return cls(indent)  # torch.profiler's own layout
         if first_line.rstrip().endswith((b"}", b"},")):
-            return cls("lines", indent)
+            return cls(indent)  # one event per line
         return None
 
-    def collapse(self, body: bytes) -> bytes:
-        """NDJSON bytes for a run of whole events; raises _NotNative if the run does not
-        have the layout."""
-        if self.kind == "block":
-            # "\n  }," ends every event but the array's last: one pass closes the event
-            # and drops the comma; the last one ("\n  }" at the very end) is fixed apart.
-            out = body.replace(b"\n    ", b" ").replace(b"\n  },", b" }")
-            if out.endswith(b"\n  }"):
-                out = out[:-4] + b" }"
-        else:
-            out = body.replace(b"},\n", b"}\n")
-        if out.count(b"\n") != out.count(self.cut if self.kind == "block" else b"\n" + self.indent + b"{"):
-            raise _NotNative
-        return out.rstrip(b", \t\r\n") + b"\n"
-
-    def chunks(self, f, rest: bytes, path: Path):
-        """Yield NDJSON chunks of the events region; return the bytes after its ``]``."""
+    def chunks(self, f, rest: bytes, path: Path, write):
+        """Cut the events region into files of whole events with ``write``; yield each
+        path; return the bytes after the region's ``]``."""
         buf = rest if rest.startswith(b"\n") else rest[rest.index(b"\n"):]
+        searched = 0  # the end marker is not in buf[:searched]
         eof = False
         while True:
             if not eof:
                 more = f.read(CHUNK_BYTES)
                 eof = not more
                 buf += more
-            end = self.end.search(buf)
-            if end:
-                trailer = buf[end.end():]
+            end = buf.find(self.end, searched)
+            if end >= 0:
+                trailer = buf[end + len(self.end):]
                 if not eof:
                     trailer += _read_bounded(f, EVENT_LIMIT - len(trailer), path, "the part after traceEvents")
-                yield self.collapse(buf[: end.start()])
+                chunk = write(buf, end)
+                if chunk:
+                    yield chunk
                 return trailer
             if eof:
                 raise _Truncated
-            cut = buf.rfind(self.cut)
+            searched = max(0, len(buf) - len(self.end))
+            cut = buf.rfind(self.marker)
             if cut <= 0:
                 if len(buf) > EVENT_LIMIT:
                     raise InputError(path, f"an event larger than {EVENT_LIMIT >> 20} MB: not a PyTorch profiler trace")
                 continue
-            body, buf = buf[:cut], buf[cut:]
-            yield self.collapse(body)
-
-
-class _NotNative(Exception):
-    pass
+            chunk = write(buf, cut)
+            buf = buf[cut:]
+            searched = 0
+            if chunk:
+                yield chunk
 
 
 class _Truncated(Exception):
     pass
 
 
-def _prefetched(chunks, consume) -> bytes:
-    """Run the chunk generator in a background thread, one chunk ahead, while ``consume``
-    (DuckDB parsing, which releases the GIL) works on the previous chunk: the byte
-    transforms and the parse overlap on two cores. Returns the generator's return value;
-    re-raises its exceptions here."""
-    q: queue.Queue = queue.Queue(maxsize=1)
-
+def _staged_in_batches(paths, stage, batch: int) -> bytes:
+    """Run the ``paths`` generator (reading and cutting the file) in a background thread
+    while ``stage`` (DuckDB parsing, which releases the GIL) works on earlier files, up to
+    ``batch`` files per call so that DuckDB parses them on parallel threads. Returns the
+    generator's return value; re-raises its exceptions here."""
+    q: queue.Queue = queue.Queue(maxsize=batch)
     result: dict = {}
 
     def produce():
         try:
-            result["value"] = yield_all()
+            while True:
+                try:
+                    q.put(("chunk", next(paths)))
+                except StopIteration as stop:
+                    result["value"] = stop.value
+                    break
             q.put(("done", None))
-        except BaseException as e:  # handed to the consumer, re-raised there
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, re-raised there
             q.put(("error", e))
-
-    def yield_all():
-        while True:
-            try:
-                q.put(("chunk", next(chunks)))
-            except StopIteration as stop:
-                return stop.value
 
     thread = threading.Thread(target=produce, daemon=True)
     thread.start()
+    pending: list[str] = []
     try:
         while True:
             kind, item = q.get()
             if kind == "chunk":
-                consume(item)
-            elif kind == "error":
+                pending.append(item)
+                if len(pending) >= batch:
+                    stage(pending)
+                    pending = []
+                continue
+            if kind == "error":
                 raise item
-            else:
-                return result.get("value") or b""
+            if pending:
+                stage(pending)
+            return result.get("value") or b""
     finally:
         while thread.is_alive():  # unblock the producer if the consumer failed
             try:
@@ -367,8 +380,9 @@ def _checked(events, reader: _GuardedReader):
         yield event
 
 
-def _stream_events(f, path: Path, writer: _NdjsonWriter) -> None:
-    """Fallback for any layout: ijson's streaming parser, re-serialized one event per line."""
+def _stream_events(f, path: Path, writer: _ChunkWriter, stage) -> None:
+    """Fallback for any other layout: ijson's streaming parser, re-serialized one event per
+    line and staged in files of about ``CHUNK_BYTES``."""
     batch = []
     size = 0
     reader = _GuardedReader(f)
@@ -376,6 +390,13 @@ def _stream_events(f, path: Path, writer: _NdjsonWriter) -> None:
     # ijson builds a prefix string per event, so a read of N opening brackets costs N^2.
     events = _checked(ijson.parse(reader, buf_size=4096, use_float=False), reader)
     replaced_events = 0
+
+    def flush():
+        data = b"".join(batch)
+        chunk = writer.write(data, len(data))
+        if chunk:
+            stage([chunk])
+
     try:
         for event in ijson.items(events, "traceEvents.item"):
             try:
@@ -384,10 +405,10 @@ def _stream_events(f, path: Path, writer: _NdjsonWriter) -> None:
                 line = json.dumps(event, default=str).encode()
             if reader.replaced and "\ufffd".encode() in line:
                 replaced_events += 1
-            batch.append(line)
+            batch.append(b"\n" + line + b",")
             size += len(line)
             if size >= CHUNK_BYTES:
-                writer.write(b"\n".join(batch) + b"\n")
+                flush()
                 batch, size = [], 0
     except ijson.IncompleteJSONError as e:
         raise InputError(path, f"truncated or malformed JSON ({str(e).splitlines()[0][:80]})") from None
@@ -397,7 +418,7 @@ def _stream_events(f, path: Path, writer: _NdjsonWriter) -> None:
         raise InputError(path, f"JSON nested more than {MAX_DEPTH} levels deep: not a PyTorch profiler trace") from None
     except _TooLarge:
         raise InputError(path, f"a JSON string or blank run larger than {EVENT_LIMIT >> 20} MB: not a PyTorch profiler trace") from None
-    writer.write(b"\n".join(batch) + b"\n")
+    flush()
     writer.undecodable += replaced_events
 
 
@@ -431,33 +452,40 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
     path = Path(path)
     with open(path, "rb") as probe:
         gz = probe.read(2) == b"\x1f\x8b"
-    staged = {"chunks": 0}
+    rank = _placeholder_rank(source_id)
     warn: dict[str, int] = {}
+    events = [0]
 
-    def stage(ndjson_path: str) -> None:
-        con.execute(_STAGE_SQL.format(columns=_sql_struct(_COLUMNS)), [ndjson_path])
-        staged["chunks"] += 1
+    def stage(chunk_paths: list[str]) -> None:
+        con.execute(_STAGE_SQL.format(columns=_sql_struct(_COLUMNS)), [chunk_paths])
+        for chunk in chunk_paths:
+            os.unlink(chunk)
+        events[0] += con.execute("SELECT count(*) FROM _stage").fetchall()[0][0]
         _insert_stage(con, source_id, warn)
 
     try:
         with tempfile.TemporaryDirectory(prefix="wanscope-") as tmp:
-            writer = _NdjsonWriter(con, tmp, stage)
             with _open(path, gz) as f:
                 header, rest = _read_header(f, path)
                 layout = _Layout.detect(rest)
                 trailer = b""
                 if layout is not None:
+                    writer = _ChunkWriter(tmp, layout.marker)
                     try:
-                        trailer = _prefetched(layout.chunks(f, rest, path), writer.write)
-                    except _NotNative:
-                        if staged["chunks"]:
-                            raise InputError(path, "event layout changes midway through the file") from None
-                        layout = None
+                        trailer = _staged_in_batches(layout.chunks(f, rest, path, writer.write), stage, STAGE_FILES)
                     except _Truncated:
                         raise InputError(path, "truncated: ends inside traceEvents") from None
+                    except duckdb.InvalidInputException:
+                        # Not valid JSON where it was cut, or an odd layout that only looked
+                        # like ours: the streaming parser reads it again and decides.
+                        _discard_source(con, rank)
+                        warn.clear()
+                        events[0] = 0
+                        layout = None
                 if layout is None:
                     f.seek(0)
-                    _stream_events(f, path, writer)
+                    writer = _ChunkWriter(tmp)
+                    _stream_events(f, path, writer, stage)
             meta = _header_dict(header, trailer, path)
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise InputError(path, f"truncated or corrupt gzip ({e})") from None
@@ -470,7 +498,19 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
 
     if writer.undecodable:
         warn["undecodable_bytes"] = warn.get("undecodable_bytes", 0) + writer.undecodable
-    _finish_source(con, path, source_id, _rank(meta, source_id), meta, writer.events, warn)
+    _finish_source(con, path, source_id, _rank(meta, source_id), meta, events[0], warn)
+
+
+_TABLES = ("kernels", "memops", "api_calls", "cpu_ops", "cuda_syncs")
+
+
+def _discard_source(con, rank: int) -> None:
+    """Remove what a failed fast pass over one file inserted (its rows still carry the
+    placeholder rank)."""
+    for table in _TABLES:
+        con.execute(f"DELETE FROM {table} WHERE rank = ?", [rank])
+    con.execute("DROP TABLE IF EXISTS _kineto_flows")
+    con.execute("DROP TABLE IF EXISTS _stage")
 
 
 def _sql_struct(columns: dict) -> str:
@@ -586,7 +626,7 @@ def _finish_source(con, path: Path, source_id: int, rank: int, meta: dict, event
         con.execute("DROP TABLE _kineto_flows")
         if unpaired:
             warn["unpaired_flow"] = unpaired
-    for table in ("kernels", "memops", "api_calls", "cpu_ops", "cuda_syncs"):
+    for table in _TABLES:
         con.execute(f"UPDATE {table} SET rank = ? WHERE rank = ?", [rank, _placeholder_rank(source_id)])
     con.execute("INSERT INTO sources VALUES (?, ?, 'kineto', ?, ?)", [source_id, str(path), rank, events])
     devices = meta.get("deviceProperties")

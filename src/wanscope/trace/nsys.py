@@ -366,7 +366,7 @@ class _Ingest:
 
     def devices(self) -> None:
         used = self.con.execute(
-            f"""SELECT DISTINCT rank, device FROM (
+            """SELECT DISTINCT rank, device FROM (
                     SELECT rank, device FROM kernels UNION ALL SELECT rank, device FROM memops)
                 WHERE rank IN (SELECT unnest(?::INTEGER[])) ORDER BY 1, 2""",
             [sorted(set(self.rank_of.values())) or [self.first_rank]],

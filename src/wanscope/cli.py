@@ -22,6 +22,7 @@ COMMANDS = {
     "ncu-run": "wanscope.ncu.cli:ncu_run",
     "report": "wanscope.report.cli:report",
     "generate": "wanscope.wan.cli:generate",
+    "compare-modes": "wanscope.wan.compare_cli:compare_modes",
     "profile": "wanscope.profile.cli:profile",
     "stats": "wanscope.stats.cli:stats",
     "diff": "wanscope.analysis.diff_cli:diff",

@@ -14,7 +14,7 @@ from PIL import Image
 pytest.importorskip("torch")
 imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
 
-from wan_helpers import write_official_dit  # noqa: E402
+from wan_helpers import write_diffusers_checkpoint, write_official_dit  # noqa: E402
 
 TINY = ["generate", "--preset", "tiny", "--prompt", "a red fox in the snow"]
 
@@ -108,27 +108,7 @@ def test_checkpoint_with_wrong_shapes(tmp_path, diffusers_dit_dir):
 def test_generate_from_diffusers_layout_checkpoint(tmp_path, diffusers_dit):
     """A complete tiny diffusers-layout folder (transformer, UMT5 encoder, word-level tokenizer,
     VAE) is detected and runs end to end; its outputs do not claim random weights."""
-    import torch
-    from diffusers import AutoencoderKLWan
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast, UMT5EncoderModel
-
-    from wanscope.wan.config import PRESETS
-    from wanscope.wan.text_encoder import umt5_config
-
-    root = tmp_path / "ckpt"
-    root.mkdir()
-    (root / "model_index.json").write_text("{}")
-    diffusers_dit.save_pretrained(root / "transformer")
-    torch.manual_seed(0)
-    UMT5EncoderModel(umt5_config(PRESETS["tiny"].text_encoder)).save_pretrained(root / "text_encoder")
-    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, "a": 3, "red": 4, "fox": 5, "in": 6, "the": 7, "snow": 8}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>") \
-        .save_pretrained(root / "tokenizer")
-    AutoencoderKLWan(base_dim=8).save_pretrained(root / "vae")
+    root = write_diffusers_checkpoint(tmp_path / "ckpt", diffusers_dit)
     out = tmp_path / "real.mp4"
     r = wanscope(*TINY, "--checkpoint", str(root), "--size", "32x32", "--frames", "5", "--steps", "2",
                  "--out", str(out))

@@ -140,6 +140,32 @@ def write_official_dit(folder: Path, diffusers_dir: Path, shards: int = 1) -> Pa
     return folder
 
 
+def write_diffusers_checkpoint(root: Path, dit) -> Path:
+    """A complete tiny diffusers-layout pipeline folder: ``dit`` (a WanTransformer3DModel) as
+    ``transformer/``, a random tiny-preset UMT5 encoder, a word-level tokenizer that knows
+    "a red fox in the snow" (other words map to <unk>) and a base_dim 8 VAE."""
+    from diffusers import AutoencoderKLWan
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast, UMT5EncoderModel
+
+    from wanscope.wan.config import PRESETS
+    from wanscope.wan.text_encoder import umt5_config
+
+    root.mkdir(parents=True)
+    (root / "model_index.json").write_text("{}")
+    dit.save_pretrained(root / "transformer")
+    torch.manual_seed(0)
+    UMT5EncoderModel(umt5_config(PRESETS["tiny"].text_encoder)).save_pretrained(root / "text_encoder")
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, "a": 3, "red": 4, "fox": 5, "in": 6, "the": 7, "snow": 8}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>") \
+        .save_pretrained(root / "tokenizer")
+    AutoencoderKLWan(base_dim=8).save_pretrained(root / "vae")
+    return root
+
+
 @pytest.fixture(scope="session")
 def official_dit_dir(diffusers_dit_dir, tmp_path_factory):
     return write_official_dit(tmp_path_factory.mktemp("official_dit"), diffusers_dit_dir, shards=3)

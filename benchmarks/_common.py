@@ -1,10 +1,11 @@
-"""Timing and output helpers shared by the benchmark scripts (``dit_forward.py``,
+"""Timing, error and output helpers shared by the benchmark scripts (``dit_forward.py``,
 ``fast_mode.py``, ``kernels_bench.py``). Imported after each script has set its environment
 (compile caches) and put ``src`` on the path."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -45,6 +46,40 @@ def time_ms(fn, device: torch.device, warmup: int, repeats: int) -> tuple[list[f
 def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in float64."""
     return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def attention_f64(q, k, v, chunk: int = 4096) -> torch.Tensor:
+    """Softmax attention in float64, query rows in chunks: [B, L, N, D] -> [B, L, N, D] fp64
+    (a [B, N, chunk, L] fp64 score block at a time: 12.9 GB at 1.3B/480p)."""
+    l, d = q.shape[1], q.shape[3]
+    out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
+    kd, vd = k.double().transpose(1, 2), v.double().transpose(1, 2)  # [B, N, L, D]
+    for i in range(0, l, chunk):
+        qd = q[:, i : i + chunk].double().transpose(1, 2)  # [B, N, c, D]
+        p = torch.softmax(qd @ kd.transpose(-1, -2) / math.sqrt(d), dim=-1)
+        out[:, i : i + chunk] = (p @ vd).transpose(1, 2)
+    return out
+
+
+def self_attention_inputs(model, *inputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The q, k, v [B, L, N, D] that the first block's self-attention receives in one forward of
+    ``model`` (a ``WanDiT`` on the exact path: its ``attend`` is the dispatch), as copies."""
+    attn = model.blocks[0].self_attn
+    seen = []
+
+    def recording(q, k, v, backend):
+        if not seen:
+            seen.extend(t.detach().clone() for t in (q, k, v))
+        return dispatch(q, k, v, backend)
+
+    dispatch = attn.attend
+    attn.attend = recording
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    finally:
+        attn.attend = dispatch
+    return tuple(seen)
 
 
 def version(module: str) -> str | None:

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from _common import rel_l2, time_ms, version, write_result  # noqa: E402
+from _common import attention_f64, rel_l2, time_ms, version, write_result  # noqa: E402
 from wanscope.wan.config import get_preset  # noqa: E402
 from wanscope.wan.dit import WanDiT  # noqa: E402
 from wanscope.wan.precision import FastConfig, apply_fast_mode  # noqa: E402
@@ -55,18 +55,6 @@ VARIANTS = {
     "fast: INT8 attention only": FastConfig(linears=()),
     "fast: all, fast accum": FastConfig(fast_accum=True),
 }
-
-
-def attention_f64(q, k, v, chunk: int = 4096) -> torch.Tensor:
-    """Softmax attention in float64, query rows in chunks: [B, L, N, D] -> [B, L, N, D] fp64."""
-    b, l, n, d = q.shape
-    out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
-    kd, vd = k.double().transpose(1, 2), v.double().transpose(1, 2)  # [B, N, L, D]
-    for i in range(0, l, chunk):
-        qd = q[:, i : i + chunk].double().transpose(1, 2)  # [B, N, c, D]
-        p = torch.softmax(qd @ kd.transpose(-1, -2) / math.sqrt(d), dim=-1)
-        out[:, i : i + chunk] = (p @ vd).transpose(1, 2)
-    return out
 
 
 def forward_section(args, device, cfg, shape, text_len):

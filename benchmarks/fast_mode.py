@@ -4,11 +4,12 @@ Default: the 1.3B preset at 480x832x81 (L = 32,760 tokens), B=1, on CUDA. Sectio
 in its own try/except (a failure is recorded and the run goes on):
 
 1. DiT forward: our exact bf16 path (fused Triton kernels, cuDNN attention) against fast-mode
-   variants (``wan/precision.py`` ``FastConfig``): all parts fast; PV in bf16; first and last
-   blocks exact; FP8 linears only; INT8 attention only; fast accumulation. Each: warm-up, then
+   variants (``wan/precision.py`` ``FastConfig``, written as specs): the sweep in ``VARIANTS``
+   below, or each ``--variant SPEC`` given instead. Each: warm-up, then
    the median of ``--repeats`` (>= 5) CUDA-event-timed forwards, and the relative L2 error of
-   the output against our fp32 model (TF32 off), and its ratio to the bf16 path's error (issue 9:
-   <= 5x) and to ``--best-compile-ms`` (diffusers' best compile, measured by
+   the output against our fp32 model (TF32 off), its ratio to the bf16 path's error (issue 9:
+   <= 5x) and the error it adds in quadrature (``added_error_vs_bf16``), and its time's ratio
+   to ``--best-compile-ms`` (diffusers' best compile, measured by
    ``benchmarks/dit_forward.py``; issue 9: <= 0.75x must, <= 0.6x goal).
 2. Attention alone at [1, 12, 32760, 128]: cuDNN (SDPA bf16) against ``attention_int8`` (PV in
    e4m3 and in bf16): ms, TFLOP/s (4 B N L^2 D FLOP), relative L2 error against float64 (computed
@@ -21,6 +22,8 @@ Prints a table and ends with one line of JSON; writes ``OUT/fast_mode-YYYY-MM-DD
 ``--smoke`` runs the same code on the tiny preset on the CPU (torch references of the kernels).
 
     python3 benchmarks/fast_mode.py --out benchmarks/results
+    python3 benchmarks/fast_mode.py --out /tmp/fast --skip attention,kernels \
+        --variant "linears=qkv,ffn_up int8_attention=no" --variant "linears=ffn int8_attention=no"
     python3 benchmarks/fast_mode.py --smoke --out /tmp/fast
 """
 
@@ -47,14 +50,25 @@ from wanscope.wan.config import get_preset  # noqa: E402
 from wanscope.wan.dit import WanDiT  # noqa: E402
 from wanscope.wan.precision import FastConfig, apply_fast_mode  # noqa: E402
 
-VARIANTS = {
-    "fast: all": FastConfig(),
-    "fast: PV bf16": FastConfig(pv_fp8=False),
-    "fast: first+last blocks exact": FastConfig(exact_blocks=(0, -1)),
-    "fast: FP8 linears only": FastConfig(int8_attention=False),
-    "fast: INT8 attention only": FastConfig(linears=()),
-    "fast: all, fast accum": FastConfig(fast_accum=True),
-}
+# The sweep against issue 9's bound (forward error <= 5x the bf16 path's; all FP8 linears gave
+# 7.3x in run 4, benchmarks/RESULTS.md). One FP8 family at a time, with cuDNN attention: each
+# family's share of the error and of the time. Then the two families whose FP8 GEMM beat bf16
+# in run 4 (qkv 0.475 vs 0.611 ms, FFN up 0.861 vs 1.163; FFN down lost to its GELU quantizer,
+# o and cross tied), alone, with the two first and last blocks exact, and under our INT8
+# attention; all linears; and FastConfig()'s defaults. 10 forwards of ~0.5-1 s, each variant's
+# build and warm-up included: ~2 min of the script's < 4.
+VARIANTS = [
+    ("FP8 qkv", "linears=qkv int8_attention=no"),
+    ("FP8 o", "linears=o int8_attention=no"),
+    ("FP8 cross q, o", "linears=cross int8_attention=no"),
+    ("FP8 FFN up", "linears=ffn_up int8_attention=no"),
+    ("FP8 FFN down (GELU in quantizer)", "linears=ffn_down int8_attention=no"),
+    ("FP8 qkv + FFN up", "linears=qkv,ffn_up int8_attention=no"),
+    ("FP8 qkv + FFN up, blocks 0,1,-2,-1 exact", "linears=qkv,ffn_up int8_attention=no exact_blocks=0,1,-2,-1"),
+    ("FP8 all linears", "linears=all int8_attention=no"),
+    ("FP8 qkv + FFN up, INT8 attn, bf16 PV", "linears=qkv,ffn_up pv_fp8=no"),
+    ("FastConfig() defaults", ""),
+]
 
 
 def forward_section(args, device, cfg, shape, text_len):
@@ -84,9 +98,10 @@ def forward_section(args, device, cfg, shape, text_len):
         m.kernels = "triton"
         return m
 
-    variants = [("exact bf16 (fused kernels, SDPA)", None)] + list(VARIANTS.items())
+    sweep = [(spec, spec) for spec in args.variant] if args.variant else VARIANTS
+    variants = [("exact bf16 (fused kernels, SDPA)", None)] + [(name, FastConfig.parse(spec)) for name, spec in sweep]
     if args.compile:
-        variants.append(("fast: all + regional compile", FastConfig()))
+        variants.append(("FastConfig() + regional compile", FastConfig()))
     rows = []
     for name, fast in variants:
         print(f"... {name}", file=sys.stderr, flush=True)
@@ -102,7 +117,8 @@ def forward_section(args, device, cfg, shape, text_len):
                 times, out = time_ms(lambda: m(latents, timestep, context), device, args.warmup, args.repeats)
             rows.append({"name": name, "ms": round(statistics.median(times), 3),
                          "times_ms": [round(t, 3) for t in times], "rel_l2_vs_fp32": rel_l2(out, ref),
-                         "wall_s": round(time.perf_counter() - t0, 1), "config": repr(fast)})
+                         "wall_s": round(time.perf_counter() - t0, 1),
+                         "config": None if fast is None else fast.spec()})
         except Exception as exc:
             traceback.print_exc()
             rows.append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
@@ -114,6 +130,11 @@ def forward_section(args, device, cfg, shape, text_len):
     for r in rows:
         if "ms" in r:
             r["error_vs_bf16"] = round(r["rel_l2_vs_fp32"] / exact, 2) if exact else None
+            # independent errors add in quadrature (so the --smoke sweep: the all-FP8 error is the
+            # root sum of squares of bf16's and each family's added error, within 2%): the error a
+            # variant adds, in units of bf16's, lets combinations be predicted; 5x allows sqrt(24)
+            r["added_error_vs_bf16"] = (round(math.sqrt(max(r["error_vs_bf16"] ** 2 - 1, 0.0)), 2)
+                                        if exact else None)
             r["speedup_vs_bf16"] = round(exact_ms / r["ms"], 3) if exact_ms else None
             r["ratio_vs_best_compile"] = round(r["ms"] / args.best_compile_ms, 3)
     return rows
@@ -204,10 +225,20 @@ def main(argv=None) -> dict:
     ap.add_argument("--best-compile-ms", type=float, default=527.9,
                     help="diffusers' best compile per forward (dit_forward.py, H200, torch 2.11)")
     ap.add_argument("--compile", action="store_true", help="also the fast mode with each block compiled")
+    ap.add_argument("--variant", action="append", default=[], metavar="SPEC",
+                    help="a FastConfig spec to run instead of the built-in sweep (repeatable), e.g. "
+                         "'linears=ffn,qkv exact_blocks=0,-1 int8_attention=no'")
     ap.add_argument("--skip", default="", help="comma-separated sections to skip: forward,attention,kernels")
     args = ap.parse_args(argv)
     if args.repeats < 5:
         ap.error("--repeats must be >= 5")
+    from wanscope.errors import UsageError
+
+    for spec in args.variant:  # before the minutes of setup
+        try:
+            FastConfig.parse(spec)
+        except UsageError as exc:
+            ap.error(f"--variant {spec!r}: {exc}")
     device = torch.device("cpu" if args.smoke else "cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("fast_mode: CUDA is not available (use --smoke for a CPU check)")
@@ -242,13 +273,18 @@ def main(argv=None) -> dict:
           f"L={tokens}  best compile {args.best_compile_ms} ms (from dit_forward.py)")
     fwd = result.get("forward")
     if isinstance(fwd, list):
-        print(f"{'DiT forward':36} {'ms':>8} {'x bf16':>7} {'x compile':>9} {'rel L2':>9} {'err x bf16':>10}")
+        print(f"{'DiT forward':42} {'ms':>8} {'x bf16':>7} {'x compile':>9} {'rel L2':>9} {'err x bf16':>10} "
+              f"{'added':>6}")
         for r in fwd:
             if "ms" not in r:
-                print(f"{r['name'][:36]:36} FAILED: {r['error'][:90]}")
+                print(f"{r['name'][:42]:42} FAILED: {r['error'][:90]}")
                 continue
-            print(f"{r['name'][:36]:36} {r['ms']:>8.1f} {r['speedup_vs_bf16'] or 0:>7.3f} "
-                  f"{r['ratio_vs_best_compile']:>9.3f} {r['rel_l2_vs_fp32']:>9.2e} {r['error_vs_bf16'] or 0:>10.2f}")
+            print(f"{r['name'][:42]:42} {r['ms']:>8.1f} {r['speedup_vs_bf16'] or 0:>7.3f} "
+                  f"{r['ratio_vs_best_compile']:>9.3f} {r['rel_l2_vs_fp32']:>9.2e} {r['error_vs_bf16'] or 0:>10.2f} "
+                  f"{r['added_error_vs_bf16'] or 0:>6.2f}")
+        print("x bf16: speed-up over the exact path; err x bf16: forward error over the exact path's (issue 9: "
+              "<= 5); added: sqrt(err^2 - 1), the error a variant adds in bf16 units (they add in quadrature: "
+              "a combination within sqrt(24) = 4.9 meets the bound)")
     att = result.get("attention")
     if isinstance(att, dict) and "rows" in att:
         print(f"attention alone {att['shape']}: {'ms':>8} {'TFLOP/s':>8} {'rel L2 f64':>10}")
@@ -266,7 +302,8 @@ def main(argv=None) -> dict:
     summary = {"benchmark": "fast_mode", "json": str(path)}
     if isinstance(fwd, list):
         summary.update({r["name"]: {k: r.get(k) for k in ("ms", "ratio_vs_best_compile", "rel_l2_vs_fp32",
-                                                           "error_vs_bf16", "error")} for r in fwd})
+                                                           "error_vs_bf16", "added_error_vs_bf16", "config",
+                                                           "error")} for r in fwd})
     if isinstance(att, dict) and "rows" in att:
         summary["attention"] = {r["name"]: {k: r.get(k) for k in ("ms", "tflops", "rel_l2_vs_f64", "error")}
                                 for r in att["rows"]}

@@ -147,14 +147,15 @@ def test_quantize_qk_bounds(qk):
     c = 1.4426950408889634 / math.sqrt(32)
     kc = k.double() - k.double().mean(1, keepdim=True)
     assert q8.dtype == (torch.int8 if qk == "int8" else FP8) and ks.shape == ((2, 3, 13) if qk == "int8" else (2, 3, 1))
-    q_back = q8.double() * (qs.double() / c)[..., None]
-    k_back = k8.double() * ks.double().transpose(1, 2)[..., None]
+    qs_t = qs.double().transpose(1, 2) / c  # [B, L, N]: q's own scale
+    ks_t = ks.double().transpose(1, 2)
+    q_back, k_back = q8.double() * qs_t[..., None], k8.double() * ks_t[..., None]
     if qk == "int8":  # half a step of the token's own maximum
-        assert bool(((q_back - q.double()).abs() <= qs.double()[..., None] / c * 0.5 * (1 + 1e-5)).all())
-        assert bool(((k_back - kc).abs() <= ks.double().transpose(1, 2)[..., None] * 0.5 * (1 + 1e-5)).all())
+        assert bool(((q_back - q.double()).abs() <= qs_t[..., None] * 0.5 * (1 + 1e-5)).all())
+        assert bool(((k_back - kc).abs() <= ks_t[..., None] * 0.5 * (1 + 1e-5)).all())
     else:  # half an e4m3 ulp: 2^-4 relative for normals, 2^-10 x scale for subnormals
-        tol_q = torch.maximum(q.double().abs() * 2.0**-4, (qs.double() / c)[..., None] * 2.0**-10)
-        tol_k = torch.maximum(kc.abs() * 2.0**-4, ks.double().transpose(1, 2)[..., None] * 2.0**-10)
+        tol_q = torch.maximum(q.double().abs() * 2.0**-4, qs_t[..., None] * 2.0**-10)
+        tol_k = torch.maximum(kc.abs() * 2.0**-4, ks_t[..., None] * 2.0**-10)
         assert bool(((q_back - q.double()).abs() <= tol_q * (1 + 1e-3)).all())
         assert bool(((k_back - kc).abs() <= tol_k * (1 + 1e-3)).all())
 

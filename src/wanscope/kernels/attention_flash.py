@@ -113,7 +113,7 @@ def _descriptor(arg, rows, cols, row_stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.
 
 @triton.jit
 def _attend_tile(
-    acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_ptr, k_row, v_row, col, n0, Lk,
+    acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_desc, bh, k_row, v_row, col, n0, Lk,
     QK_MODE: tl.constexpr, PV_FP8: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -126,7 +126,7 @@ def _attend_tile(
         s = tl.dot(q, k.T)
     cols = n0 + tl.arange(0, BLOCK_N)
     if QK_MODE == 2:  # int32 -> fp32 (magic number) fused with the per-token k scale
-        ks = tl.load(ks_ptr + cols, mask=cols < Lk, other=0.0)
+        ks = ks_desc.load([bh, n0]).reshape([BLOCK_N])  # zeros past Lk
         s = (s + _MAGIC_BITS).to(tl.float32, bitcast=True) * ks[None, :] - (ks * _MAGIC)[None, :]
     if MASK:
         s = tl.where(cols[None, :] < Lk, s, float("-inf"))
@@ -149,8 +149,8 @@ def _attend_tile(
 
 @triton.jit
 def _flash_fwd_kernel(
-    q_arg, k_arg, v_arg, o_ptr, qs_ptr, ks_ptr, vs_ptr,
-    B, Lq, Lk, N, stride_q, stride_k, stride_v, stride_o, stride_ks, qk_scale,
+    q_arg, k_arg, v_arg, qs_arg, ks_arg, o_ptr, vs_ptr,
+    B, Lq, Lk, N, stride_q, stride_k, stride_v, stride_o, stride_qs, stride_ks, qk_scale,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, QK_MODE: tl.constexpr,
     PV_FP8: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, DOT_F32: tl.constexpr,
 ):
@@ -170,11 +170,13 @@ def _flash_fwd_kernel(
     q = q_desc.load([b * Lq + m0, h * D])  # [BLOCK_M, D]; rows past Lq are never stored
     if QK_MODE == 0:
         c_row = tl.full([BLOCK_M], qk_scale, tl.float32)
-    else:  # per-token q scale (times c); e4m3: times the per-head k scale too
-        c_row = tl.load(qs_ptr + (b * Lq + offs_m) * N + h, mask=offs_m < Lq, other=1.0)
-        if QK_MODE == 1:
-            c_row = c_row * tl.load(ks_ptr + bh * stride_ks)
-    ks_row = ks_ptr + bh * stride_ks
+    else:  # the scales come through TMA too: Hopper's warp specialization refuses pointer loads
+        qs_desc = _descriptor(qs_arg, B * N, Lq, stride_qs, 1, BLOCK_M)
+        c_row = tl.where(offs_m < Lq, qs_desc.load([bh, m0]).reshape([BLOCK_M]), 1.0)
+    if QK_MODE == 2:
+        ks_desc = _descriptor(ks_arg, B * N, Lk, stride_ks, 1, BLOCK_N)
+    else:
+        ks_desc = ks_arg  # unused
 
     acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -182,13 +184,18 @@ def _flash_fwd_kernel(
     k_row = b * Lk
     v_row = bh * D
     col = h * D
-    n_full = (Lk // BLOCK_N) * BLOCK_N
-    for n0 in tl.range(0, n_full, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
-        acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_row, k_row, v_row, col, n0,
-                                     Lk, QK_MODE, PV_FP8, False, DOT_F32, BLOCK_N)
-    if n_full < Lk:
-        acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_row, k_row, v_row, col,
-                                     n_full, Lk, QK_MODE, PV_FP8, True, DOT_F32, BLOCK_N)
+    if WARP_SPECIALIZE:  # one loop, every tile masked: Hopper's warp specialization refuses a branch after it
+        for n0 in tl.range(0, Lk, BLOCK_N, warp_specialize=True):
+            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_desc, bh, k_row, v_row, col, n0,
+                                         Lk, QK_MODE, PV_FP8, True, DOT_F32, BLOCK_N)
+    else:  # full tiles unmasked, then the partial one
+        n_full = (Lk // BLOCK_N) * BLOCK_N
+        for n0 in tl.range(0, n_full, BLOCK_N):
+            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_desc, bh, k_row, v_row, col, n0,
+                                         Lk, QK_MODE, PV_FP8, False, DOT_F32, BLOCK_N)
+        if n_full < Lk:
+            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_desc, bh, k_row, v_row, col,
+                                         n_full, Lk, QK_MODE, PV_FP8, True, DOT_F32, BLOCK_N)
 
     out = acc * (1.0 / l_i)[:, None]
     offs_d = tl.arange(0, D)
@@ -207,10 +214,11 @@ def quantize_qk(q: torch.Tensor, k: torch.Tensor, qk: str):
         qk: ``"e4m3"`` or ``"int8"``.
 
     Returns:
-        (q8 [B, Lq, N, D], qs [B, Lq, N] fp32, k8 [B, Lk, N, D], ks fp32), contiguous, with
-        ``c q.k' ~= qs[i] ks[j] (q8[i] . k8[j])`` for ``k' = k - mean_L(k)`` and
-        ``c = log2(e) / sqrt(D)``. ks is [B, N, Lk] (int8: per token) or [B, N, 1] (e4m3: per
-        head, e4m3's exponent covers the spread of token norms). Rounding: to nearest (even).
+        (q8 [B, Lq, N, D] contiguous, qs [B, N, Lq] fp32, k8 [B, Lk, N, D] contiguous, ks fp32)
+        with ``c q.k' ~= qs[i] ks[j] (q8[i] . k8[j])`` per (batch, head), for
+        ``k' = k - mean_L(k)`` and ``c = log2(e) / sqrt(D)``. ks is [B, N, Lk] (int8: per token)
+        or [B, N, 1] (e4m3: per head, e4m3's exponent covers the spread of token norms).
+        Rounding: to nearest (even).
     """
     c = _LOG2E / math.sqrt(q.shape[-1])
     qf = q.float()
@@ -221,11 +229,11 @@ def quantize_qk(q: torch.Tensor, k: torch.Tensor, qk: str):
         k_amax = kf.abs().amax(dim=-1).clamp_min(_MIN_AMAX)  # [B, Lk, N]
         q8 = torch.round(qf * (INT8_MAX / q_amax)[..., None]).to(torch.int8)
         k8 = torch.round(kf * (INT8_MAX / k_amax)[..., None]).to(torch.int8)
-        return q8, q_amax * (c / INT8_MAX), k8, (k_amax / INT8_MAX).transpose(1, 2).contiguous()
+        return q8, (q_amax * (c / INT8_MAX)).transpose(1, 2), k8, (k_amax / INT8_MAX).transpose(1, 2)
     k_amax = kf.abs().amax(dim=(1, 3)).clamp_min(_MIN_AMAX)  # [B, N]
     q8 = (qf * (FP8_MAX / q_amax)[..., None]).to(FP8)
     k8 = (kf * (FP8_MAX / k_amax)[:, None, :, None]).to(FP8)
-    return q8, q_amax * (c / FP8_MAX), k8, (k_amax / FP8_MAX)[..., None].contiguous()
+    return q8, (q_amax * (c / FP8_MAX)).transpose(1, 2), k8, (k_amax / FP8_MAX)[..., None]
 
 
 def quantize_v(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -258,6 +266,15 @@ def _token_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
     return x, row
 
 
+def _scale_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Scales [B, N, L] fp32 as TMA rows of a [B*N, L] matrix: (a copy with 16-byte rows, stride)."""
+    b, n, l = x.shape
+    row = -(-l // 4) * 4
+    out = torch.empty((b, n, row), dtype=torch.float32, device=x.device)
+    out[..., :l] = x
+    return out, row
+
+
 def _alloc(size: int, alignment: int, stream):
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
@@ -267,34 +284,38 @@ def _launch(q, k, v, qk, pv, cfg: FlashConfig):
     lk = k.shape[1]
     out = torch.empty((b, lq, n, d), dtype=q.dtype, device=q.device)
     qk_scale = _LOG2E / math.sqrt(d)
+    unused = torch.empty(4, device=q.device)
+    qs = ks = unused
+    stride_qs = stride_ks = 4
     if qk == "exact":
         (q_in, stride_q), (k_in, stride_k) = _token_rows(q), _token_rows(k)
-        qs = ks = torch.empty(1, device=q.device)  # unused
-        stride_ks = 0
     else:
         q_in, qs, k_in, ks = quantize_qk(q, k, qk)
         stride_q = stride_k = n * d
-        stride_ks = ks.shape[-1]
+        qs, stride_qs = _scale_rows(qs * ks if qk == "e4m3" else qs)  # e4m3: k's per-head scale folded in
+        ks, stride_ks = _scale_rows(ks) if qk == "int8" else (unused, 4)
     if pv == "e4m3":
         v_in, vs = quantize_v(v)
         stride_v = v_in.shape[-1]
         v_shape, v_block = [b * n * d, lk], [d, cfg.block_n]
     else:
-        (v_in, stride_v), vs = _token_rows(v), qs
+        (v_in, stride_v), vs = _token_rows(v), unused
         v_shape, v_block = [b * lk, n * d], [cfg.block_n, d]
     if cfg.warp_specialize:  # Hopper's warp specialization wants device-side descriptors
         triton.set_allocator(_alloc)
-        args = (q_in, k_in, v_in)
+        args = (q_in, k_in, v_in, qs, ks)
     else:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         args = (TensorDescriptor(q_in, [b * lq, n * d], [stride_q, 1], [cfg.block_m, d]),
                 TensorDescriptor(k_in, [b * lk, n * d], [stride_k, 1], [cfg.block_n, d]),
-                TensorDescriptor(v_in, v_shape, [stride_v, 1], v_block))
+                TensorDescriptor(v_in, v_shape, [stride_v, 1], v_block),
+                TensorDescriptor(qs, [b * n, lq], [stride_qs, 1], [1, cfg.block_m]) if qk != "exact" else qs,
+                TensorDescriptor(ks, [b * n, lk], [stride_ks, 1], [1, cfg.block_n]) if qk == "int8" else ks)
     extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg and not INTERPRET else {}
     grid = (triton.cdiv(lq, cfg.block_m), b * n)
     _flash_fwd_kernel[grid](
-        *args, out, qs, ks, vs, b, lq, lk, n, stride_q, stride_k, stride_v, out.stride(1), stride_ks, qk_scale,
+        *args, out, vs, b, lq, lk, n, stride_q, stride_k, stride_v, out.stride(1), stride_qs, stride_ks, qk_scale,
         D=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, QK_MODE=QK_MODES.index(qk), PV_FP8=pv == "e4m3",
         WARP_SPECIALIZE=cfg.warp_specialize, DOT_F32=INTERPRET,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra)
@@ -318,7 +339,7 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk: str = "exac
     else:
         q8, qs, k8, ks = quantize_qk(q, k, qk)
         s = torch.einsum("bind,bjnd->bnij", q8.float(), k8.float())  # [B, N, Lq, Lk]
-        s = s * qs.transpose(1, 2)[..., None] * ks[:, :, None, :]
+        s = s * qs[..., None] * ks[:, :, None, :]
     p = torch.exp2(s - s.amax(dim=-1, keepdim=True))
     denom = p.sum(dim=-1, keepdim=True)  # [B, N, Lq, 1]
     if pv == "e4m3":

@@ -12,7 +12,7 @@ attention (q and k contiguous token-major, v the strided third of a [B, L, 3C] Q
 
 Each contender: compile/first-call wall time, then the median of ``--repeats`` (>= 10) CUDA-event
 timed calls after ``--warmup`` more, TFLOP/s (4 B N L^2 D FLOP), ratio to cuDNN, relative L2
-error against float64 attention (``fast_mode.attention_f64``: float64 on the GPU in query
+error against float64 attention (``_common.attention_f64``: float64 on the GPU in query
 chunks). A contender that fails (compile error, launch error) is recorded and skipped; once
 ``--budget-min`` minutes have passed the remaining configs are recorded as skipped. The 8-bit
 rows also give the time of their torch quantization passes alone (``quant_ms``, included in
@@ -98,8 +98,7 @@ def main(argv=None) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch
-    from _common import rel_l2, time_ms, version, write_result
-    from fast_mode import attention_f64
+    from _common import attention_f64, rel_l2, time_ms, version, write_result
 
     from wanscope.kernels.attention_flash import (
         FlashConfig,

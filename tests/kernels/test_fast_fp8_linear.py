@@ -55,8 +55,11 @@ def test_quantize_rows(shape, dtype, gelu):
     if _dispatch.INTERPRET:
         ok, ulps = ~_carries(ref_q), 1.0
         assert ok.float().mean() > 0.8  # e4m3 powers of two: 1 in 8 values
-    else:
-        assert torch.equal(q.float(), ref_q.float())
+    elif not gelu:
+        assert torch.equal(q.float(), ref_q.float())  # same IEEE scale, reciprocal and product
+    else:  # the kernel's tanh-GELU is within a few fp32 ulp of torch's: a near-tie may round apart
+        steps = (q.float() != ref_q.float())
+        assert steps.double().mean() < 1e-3, f"{int(steps.sum())} codes differ"
     err = (q.double() * scale.double() - target).abs()
     bound = torch.maximum(target.abs() * 2.0**-3, scale.double() * 2.0**-9) * ulps * (1 + 1e-6)
     assert bool((err[ok] <= bound[ok]).all()), f"max err/bound {(err / bound)[ok].max().item():.3f}"

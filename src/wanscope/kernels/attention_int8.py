@@ -197,8 +197,10 @@ def _launch(q, k, v, pv_fp8):
         def grid(meta):
             return (triton.cdiv(l, meta["BLOCK_M"]), b * n)
 
+        # Triton's 8-bit tl.dot needs K >= 32 on NVIDIA (backends/nvidia/compiler.py,
+        # min_dot_size): D = 16 runs in a 32-wide tile, the masked columns loading as zeros
         _attention_int8_kernel[grid](q8, qs, k8, ks, v_in, vs, out, l, n, d, *strides, out.stride(1),
-                                     FP8_PV=pv_fp8, BLOCK_D=triton.next_power_of_2(d))
+                                     FP8_PV=pv_fp8, BLOCK_D=max(32, triton.next_power_of_2(d)))
     return out
 
 

@@ -71,8 +71,10 @@ def _quantize_fp8_rows_kernel(
         if GELU:
             x = _gelu_tanh(x)
         amax = tl.maximum(amax, tl.abs(x))
-    scale = tl.maximum(tl.max(amax, axis=0), min_amax) / 448.0
-    inv = 1.0 / scale
+    # IEEE divisions (Triton's ``/`` on fp32 is div.full.f32, within 2 ulp), once per row: the
+    # scale and its reciprocal are then the torch reference's bit for bit, and so are the codes
+    scale = tl.math.div_rn(tl.maximum(tl.max(amax, axis=0), min_amax), 448.0)
+    inv = tl.math.div_rn(1.0, scale)
     for k0 in range(0, K, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(src + cols, mask=cols < K, other=0.0).to(tl.float32)
@@ -100,7 +102,7 @@ def reference(x: torch.Tensor, gelu: bool) -> tuple[torch.Tensor, torch.Tensor]:
     if gelu:
         xf = F.gelu(xf, approximate="tanh")
     scale = xf.abs().amax(dim=1, keepdim=True).clamp_min(_MIN_AMAX) / FP8_MAX
-    return (xf / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+    return (xf * (1.0 / scale)).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale  # as the kernel: times 1/scale
 
 
 @torch.library.custom_op("wanscope::quantize_fp8_rows", mutates_args=())

@@ -1,9 +1,12 @@
 """One attention dispatch with backends chosen by name.
 
-Every backend runs PyTorch's ``scaled_dot_product_attention``; the named ones pin its kernel
+The SDPA backends run PyTorch's ``scaled_dot_product_attention``; the named ones pin its kernel
 (``torch.nn.attention.sdpa_kernel``) so profiles and benchmarks compare like with like.
 ``sdpa`` lets PyTorch pick (on an H200 with torch 2.11 it picks cuDNN) and is always available;
-``math`` is the unfused reference.
+``math`` is the unfused reference. ``triton`` is our own FlashAttention kernel for Hopper
+(``wanscope.kernels.attention_flash``, exact bf16 with fp32 softmax; its launch configuration is
+``FlashConfig``'s default), reading the token-major q, k, v without a transpose; off CUDA it runs
+that op's torch reference (or the kernel under Triton's interpreter).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ class AttentionBackend(str, Enum):
     FLASH = "flash"
     EFFICIENT = "efficient"
     MATH = "math"
+    TRITON = "triton"
 
 
 _PINNED = {
@@ -53,14 +57,21 @@ def attention(
 
     Args:
         q: [B, Lq, N, D]; k, v: [B, Lk, N, D], one dtype.
-        backend: which SDPA kernel runs it.
+        backend: which kernel runs it.
 
     Returns:
         [B, Lq, N, D] in the dtype of ``q``.
 
     Raises:
         RuntimeError: from PyTorch, when a pinned backend cannot run these inputs.
+        ValueError: ``triton`` with inputs it does not take (``attention_flash``: fp32 on CUDA,
+            head dims other than 16/32/64/128).
     """
+    if backend is AttentionBackend.TRITON:
+        # imports triton: only when chosen
+        from wanscope.kernels.attention_flash import attention_flash
+
+        return attention_flash(q, k, v)
     # SDPA wants [B, N, L, D]; a transposed view is accepted by every backend without a copy.
     q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, N, L, D]
     if backend is AttentionBackend.SDPA:

@@ -6,11 +6,11 @@ bf16 on CUDA. Contenders: diffusers eager, diffusers regional compile
 (``compile_repeated_blocks(fullgraph=True)``), diffusers whole-model ``torch.compile`` (only
 with ``--whole-model-compile``: ~2 min of warm-up), ours on torch ops (fp32 and bf16 residual
 stream), ours on the fused Triton kernels (``kernels="triton"``, both streams), and ours fused
-with each block compiled (regional compile), and ``ours fast``: ours fused in issue 9's fast mode
-(``wan/precision.py``'s ``FastConfig``, its defaults or ``--fast SPEC``). For each: warm-up forwards (their wall time is the
-warm-up a user waits for: compilation, autotuning, Triton JIT; the Inductor and Triton caches
-point to a fresh folder unless ``--keep-caches``), then ``--repeats`` forwards each timed with
-CUDA events (median reported), the peak memory over them, the relative L2 error of the output
+with each block compiled (regional compile), and ``ours fast``: ours fused in issue 9's fast
+mode (``wan/precision.py``'s ``FastConfig``, its defaults or ``--fast SPEC``). For each: warm-up
+forwards (their wall time is the warm-up a user waits for: compilation, autotuning, Triton JIT;
+the Inductor and Triton caches point to a fresh folder unless ``--keep-caches``), then
+``--repeats`` forwards each timed with CUDA events (median reported), the peak memory over them, the relative L2 error of the output
 against an fp32 reference (our fp32 model, which matches the official WanModel in fp32; TF32 off
 for it), and the attention kernel it ran, from one profiled forward. A contender that fails is
 recorded with its error and the run goes on.

@@ -133,11 +133,12 @@ def test_opcheck(path, monkeypatch):
 _ACC_FRACTION_BITS = 13
 
 
-def _scaled_mm_check(out, x8, sx, lin):
-    """(max over elements of |out - exact| / bound, relative L2 / its bound, diagnostics)."""
+def _scaled_mm_check(out, x8, sx, w8, sw, bias):
+    """(max over elements of |out - exact| / bound, relative L2 / its bound, diagnostics) for
+    the operands x8 [M, K] e4m3, sx [M, 1], w8 [N, K] e4m3, sw [1, N], bias [N] (CPU tensors)."""
     xs = x8.double() * sx.double()  # [M, K]
-    ws = lin.weight_fp8.double() * lin.weight_scale.double().t()  # [N, K]
-    exact = xs @ ws.t() + lin.bias.double()  # [M, N]
+    ws = w8.double() * sw.double().t()  # [N, K]
+    exact = xs @ ws.t() + bias.double()  # [M, N]
     k = x8.shape[1]
     largest = (xs.abs()[:, None, :] * ws.abs()[None, :, :]).amax(-1)  # [M, N] max_k |p_k|
     ulp = torch.exp2(torch.floor(torch.log2(exact.abs().clamp_min(1e-30))) - 7)  # bf16: 7 bits
@@ -159,17 +160,16 @@ def test_scaled_mm_against_float64(fast_accum):
     x = torch.randn(100, 256, generator=g).bfloat16().cuda()
     w, b = torch.randn(128, 256, generator=g).bfloat16(), torch.randn(128, generator=g).bfloat16()
     lin = FP8Linear(w.cuda(), b.cuda(), fast_accum=fast_accum)
-    x8, sx = (t.cpu() for t in quantize_fp8_rows(x))
-    ref_lin = FP8Linear(w, b)  # the same weight buffers, on the CPU
-    worst, rel_ratio, diag = _scaled_mm_check(lin(x).cpu(), x8, sx, ref_lin)
+    operands = [t.cpu().clone() for t in (*quantize_fp8_rows(x), lin.weight_fp8, lin.weight_scale, lin.bias)]
+    worst, rel_ratio, diag = _scaled_mm_check(lin(x).cpu(), *operands)
     print(f"_scaled_mm fast_accum={fast_accum}: {diag}")  # with -s: which part of the bound is used
     assert worst <= 1.0 and rel_ratio <= 1.0, diag
 
     # the same checks reject genuinely wrong results: one channel's weight scale 3% off, all 1% off
     scale = lin.weight_scale.clone()
     lin.weight_scale[0, 7] *= 1.03
-    worst_bad, _, diag_bad = _scaled_mm_check(lin(x).cpu(), x8, sx, ref_lin)
+    worst_bad, _, diag_bad = _scaled_mm_check(lin(x).cpu(), *operands)
     assert worst_bad > 2.0, diag_bad
     lin.weight_scale.copy_(scale * 1.01)
-    _, rel_bad, diag_bad = _scaled_mm_check(lin(x).cpu(), x8, sx, ref_lin)
+    _, rel_bad, diag_bad = _scaled_mm_check(lin(x).cpu(), *operands)
     assert rel_bad > 1.2, diag_bad

@@ -88,7 +88,8 @@ def compare_modes(checkpoint, prompt_args, prompts_file, preset, negative_prompt
                               seed=seed) for p in prompts or [DEFAULT_PROMPT]]
     check_dit(detect_layout(checkpoint).dit)
     if importlib.util.find_spec("triton") is None:
-        raise UsageError("both modes run the fused Triton kernels (their torch references on a CPU): pip install triton")
+        raise UsageError("both modes run the fused Triton kernels (their torch references on a CPU): "
+                         "pip install triton")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = dtype or ("bf16" if device.type == "cuda" else "fp32")
     parts = Components(config=cfg, device=device, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[dtype],

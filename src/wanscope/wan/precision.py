@@ -123,7 +123,8 @@ def _parse_field(key: str, text: str):
         try:
             return tuple(int(i) for i in text.split(","))
         except ValueError:
-            raise UsageError(f"fast-mode spec: exact_blocks={text!r} is not a comma-separated list of integers") from None
+            raise UsageError(f"fast-mode spec: exact_blocks={text!r} is not a comma-separated list of "
+                             "integers") from None
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
     raise UsageError(f"fast-mode spec: {key}={text!r} is not true or false")

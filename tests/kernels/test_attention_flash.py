@@ -7,11 +7,12 @@ Bounds, relative L2 vs float64 (q ~ 2 N(0, 1), k ~ 2 N(0, 1) + 1, v ~ N(0, 1)):
   interpreter bf16 gets 3x: it rounds fp32 -> bf16 by truncation (``kernel_checks``), which
   ~2.5x's the error of P's and the output's rounding.
 * 8-bit: QK int8 <= 3e-2 (measured 1.3-2.1e-2), QK e4m3 <= 1.5e-1 (5.8-11.4e-2: logits twice
-  the unit-variance ones); PV e4m3 <= 6e-2 (2.7-4.9e-2), both e4m3 <= 1.6e-1. Against the
-  torch reference of the same quantization: <= 1e-2 with 16-bit PV (measured <= 4.5e-3 under
-  the interpreter's truncation, 2e-4 in fp16) and <= 6e-2 with e4m3 PV (the kernel rounds p
-  against the running maximum, and the interpreter's e4m3 cast drops mantissa carries, see
-  ``test_fast_fp8_linear.py``).
+  the unit-variance ones); PV e4m3 <= 6e-2 (2.7-4.9e-2), both e4m3 <= 1.6e-1 (measured with
+  torch's e4m3 rounding). Under the interpreter the modes with e4m3 get 2x: its e4m3 cast drops
+  mantissa carries (125.44 -> 64; ``test_fast_fp8_linear.py``), measured up to 1.6e-1 (QK) and
+  1.0e-1 (PV). Against the torch reference of the same quantization: <= 1e-2 with 16-bit PV
+  (measured <= 4.5e-3 under the interpreter's truncation, 2e-4 in fp16) and <= 6e-2 with e4m3
+  PV (the kernel rounds p against the running maximum; measured <= 4.7e-2).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from wanscope.kernels.attention_flash import (
 )
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: the interpreter (conftest)
+INTERPRETING = _dispatch.INTERPRET  # before any test switches it off
 # (B, Lq, Lk, N, D)
 SHAPES = [(2, 37, 37, 3, 32), (1, 100, 70, 2, 64), (1, 33, 300, 1, 16), (1, 1, 1, 1, 16), (1, 48, 48, 2, 128)]
 SMALL = FlashConfig(block_m=16, block_n=16, num_warps=4, num_stages=1)
@@ -96,7 +98,8 @@ def test_fast_matches_float64(shape, dtype, mode):
     assert out.shape == q.shape and out.dtype == dtype
     same_quant = reference(q, k, v, qk, pv)
     msg = _msg(f"{shape} {dtype} qk={qk} pv={pv}", out, _f64(q, k, v)) + f"; vs torch reference {_rel(out, same_quant):.3e}"
-    assert _rel(out, _f64(q, k, v)) <= FAST_BOUND[mode], msg
+    slack = 2.0 if _dispatch.INTERPRET and "e4m3" in mode else 1.0
+    assert _rel(out, _f64(q, k, v)) <= slack * FAST_BOUND[mode], msg
     assert _rel(out, same_quant) <= (6e-2 if pv == "e4m3" else 1e-2), msg
 
 
@@ -107,7 +110,7 @@ def test_warp_specialized_loop_and_device_descriptors():
     device = attention_flash(q, k, v, config=FlashConfig(16, 16, 4, 1, warp_specialize=True))
     assert torch.equal(host, device) if _dispatch.INTERPRET else _rel(host, device) <= 1e-3
     fast = attention_flash(q, k, v, "int8", "e4m3", FlashConfig(16, 16, 4, 1, warp_specialize=True))
-    assert _rel(fast, _f64(q, k, v)) <= FAST_BOUND[("int8", "e4m3")]
+    assert _rel(fast, reference(q, k, v, "int8", "e4m3")) <= 6e-2
 
 
 def test_strided_slices_of_a_fused_qkv():
@@ -138,35 +141,69 @@ def test_cpu_reference_without_interpreter(monkeypatch):
     assert _rel(attention_flash(q, k, v, "int8", "exact"), _f64(q, k, v)) <= FAST_BOUND[("int8", "exact")]
 
 
-@pytest.mark.parametrize("qk", ["int8", "e4m3"])
-def test_quantize_qk_bounds(qk):
+def _qk_inputs():
     g = torch.Generator().manual_seed(5)
     q = torch.randn(2, 11, 3, 32, generator=g).bfloat16()
     k = (torch.randn(2, 13, 3, 32, generator=g) * 3 + 1).bfloat16()
+    return q, k
+
+
+@pytest.mark.parametrize("qk", ["int8", "e4m3"])
+def test_quantize_qk_bounds(qk, monkeypatch):
+    """The formula (torch path): half an int8 step of the token's own maximum; half an e4m3 ulp."""
+    monkeypatch.setattr(_dispatch, "INTERPRET", False)
+    q, k = _qk_inputs()
     q8, qs, k8, ks = quantize_qk(q, k, qk)
+    assert q8.dtype == k8.dtype == (torch.int8 if qk == "int8" else FP8)
+    assert qs.shape == (2, 3, 11) and ks.shape == (2, 3, 13) and qs.stride(1) % 4 == 0
     c = 1.4426950408889634 / math.sqrt(32)
     kc = k.double() - k.double().mean(1, keepdim=True)
-    assert q8.dtype == (torch.int8 if qk == "int8" else FP8) and ks.shape == ((2, 3, 13) if qk == "int8" else (2, 3, 1))
     qs_t = qs.double().transpose(1, 2) / c  # [B, L, N]: q's own scale
     ks_t = ks.double().transpose(1, 2)
     q_back, k_back = q8.double() * qs_t[..., None], k8.double() * ks_t[..., None]
-    if qk == "int8":  # half a step of the token's own maximum
-        assert bool(((q_back - q.double()).abs() <= qs_t[..., None] * 0.5 * (1 + 1e-5)).all())
-        assert bool(((k_back - kc).abs() <= ks_t[..., None] * 0.5 * (1 + 1e-5)).all())
-    else:  # half an e4m3 ulp: 2^-4 relative for normals, 2^-10 x scale for subnormals
+    if qk == "int8":
+        tol_q, tol_k = qs_t[..., None] * 0.5, ks_t[..., None] * 0.5
+    else:  # 2^-4 relative for normals, 2^-10 x scale for subnormals
         tol_q = torch.maximum(q.double().abs() * 2.0**-4, qs_t[..., None] * 2.0**-10)
         tol_k = torch.maximum(kc.abs() * 2.0**-4, ks_t[..., None] * 2.0**-10)
-        assert bool(((q_back - q.double()).abs() <= tol_q * (1 + 1e-3)).all())
-        assert bool(((k_back - kc).abs() <= tol_k * (1 + 1e-3)).all())
+    assert bool(((q_back - q.double()).abs() <= tol_q * (1 + 1e-5)).all())
+    assert bool(((k_back - kc).abs() <= tol_k * (1 + 1e-5)).all())
 
 
-def test_quantize_v_layout_and_bound():
+def _mismatch_ok(kernel, torch_path, name):
+    """Quantized values of the Triton path against the torch path: equal, but for int8 ties
+    within an fp32 ulp and, under the interpreter, its e4m3 cast's dropped carries and ties."""
+    if kernel.dtype == torch.int8:
+        diff = (kernel.int() - torch_path.int()).abs()
+        assert diff.max() <= 1 and (diff > 0).float().mean() < 0.01, name
+        return
+    differ = kernel.float() != torch_path.float()
+    assert differ.float().mean() <= (0.1 if INTERPRETING else 0.0), f"{name}: {differ.float().mean():.3f}"
+
+
+@pytest.mark.parametrize("qk", ["int8", "e4m3"])
+def test_quantize_qk_kernel_matches_torch(qk, monkeypatch):
+    q, k = _qk_inputs()
+    kernel = [t.cpu() for t in quantize_qk(q.to(DEVICE), k.to(DEVICE), qk)]
+    monkeypatch.setattr(_dispatch, "INTERPRET", False)
+    torch_path = quantize_qk(q, k, qk)
+    for name, i in (("q8", 0), ("k8", 2)):
+        _mismatch_ok(kernel[i], torch_path[i], name)
+    for name, i in (("qs", 1), ("ks", 3)):
+        torch.testing.assert_close(kernel[i], torch_path[i], rtol=1e-6, atol=0, msg=name)
+
+
+def test_quantize_v_layout_bound_and_kernel(monkeypatch):
     v = torch.randn(2, 21, 3, 16, generator=torch.Generator().manual_seed(6)).half()
+    vt_kernel, vs_kernel = (t.cpu() for t in quantize_v(v.to(DEVICE)))
+    monkeypatch.setattr(_dispatch, "INTERPRET", False)
     vt, vs = quantize_v(v)
-    assert vt.shape == (2, 3, 16, 32) and vt.dtype == FP8 and vs.shape == (2, 3, 16)
+    assert vt.shape == vt_kernel.shape == (2, 3, 16, 32) and vt.dtype == FP8 and vs.shape == (2, 3, 16)
     back = (vt[..., :21].double() * vs.double()[..., None]).permute(0, 3, 1, 2)  # [B, L, N, D]
     tol = torch.maximum(v.double().abs() * 2.0**-4, vs.double()[:, None] * 2.0**-10)
-    assert bool(((back - v.double()).abs() <= tol * (1 + 1e-3)).all())
+    assert bool(((back - v.double()).abs() <= tol * (1 + 1e-5)).all())
+    _mismatch_ok(vt_kernel[..., :21], vt[..., :21], "vt")
+    torch.testing.assert_close(vs_kernel, vs, rtol=0, atol=0)
 
 
 def test_dit_on_the_triton_backend():

@@ -26,13 +26,13 @@ Precisions (``qk``, ``pv``):
 * ``exact``: bf16/fp16 operands, fp32 accumulation and softmax (P rounded to the input dtype
   for P V, as cuDNN and FA do). Error as cuDNN's (2.3e-3 relative L2 vs float64 at the Wan
   shape, random inputs).
-* ``qk="e4m3"``: q per (token, head) and k per (batch, head) scaled to e4m3, after k is
-  smoothed by its mean over tokens (softmax is invariant to it; SageAttention, Zhang et al.,
-  arXiv:2410.02367). Both scales fold into the per-row scale: no extra work per score.
-* ``qk="int8"``: q and (smoothed) k per (token, head) to int8, int32 products, converted
-  to fp32 by the magic-number trick (``bits(1.5 * 2^23 + x) = bits(1.5 * 2^23) + x`` for
-  ``|x| < 2^22``; ``D <= 128`` keeps ``|q8 . k8| <= 128 * 127^2 < 2^21``) fused with the per-token
-  k scale: an integer add and one FMA per score instead of a 16/clock conversion.
+* ``qk="e4m3"``: q and k per (token, head) scaled to e4m3, after k is smoothed by its mean
+  over tokens (softmax is invariant to it; SageAttention, Zhang et al., arXiv:2410.02367). q's
+  scale folds into the per-row scale, k's costs one multiply per score.
+* ``qk="int8"``: the same to int8, int32 products, converted to fp32 by the magic-number trick
+  (``bits(1.5 * 2^23 + x) = bits(1.5 * 2^23) + x`` for ``|x| < 2^22``; ``D <= 128`` keeps
+  ``|q8 . k8| <= 128 * 127^2 < 2^21``) fused with k's scale: an integer add and one FMA per
+  score instead of a 16/clock conversion.
 * ``pv="e4m3"``: v scaled per (batch, head, channel) to e4m3 and transposed to [B, N, D, L]
   (Hopper's 8-bit wgmma reads B only K-major); p is computed as ``2^(s - m + 8)``, in [0, 256],
   so its e4m3 cast needs no multiply; each tile's product goes to a fresh fp32 accumulator
@@ -47,7 +47,8 @@ measure on real activations (``wanscope compare-modes``).
 
 Work and bytes at [1, 32760, 12, 128]: 4 B N L^2 D = 6.6e12 FLOP (cuDNN: 10.6 ms, 623 TFLOP/s
 on an H200); HBM traffic is q, k, v, o once (~400 MB; K/V re-reads per query tile hit L2).
-The 8-bit modes add their quantization passes (torch ops, ~1 GB of traffic).
+The 8-bit modes add their quantization passes (Triton, one read of q, k, v each and one of
+k for its mean, ~0.6 GB with the 8-bit writes).
 
 Custom op: ``wanscope::attention_flash``. Configuration: ``FlashConfig`` (tiles, warps,
 stages, warp specialization, register cap), fixed per call: no autotuning in the hot path.
@@ -125,9 +126,12 @@ def _attend_tile(
     else:
         s = tl.dot(q, k.T)
     cols = n0 + tl.arange(0, BLOCK_N)
-    if QK_MODE == 2:  # int32 -> fp32 (magic number) fused with the per-token k scale
-        ks = ks_desc.load([bh, n0]).reshape([BLOCK_N])  # zeros past Lk
-        s = (s + _MAGIC_BITS).to(tl.float32, bitcast=True) * ks[None, :] - (ks * _MAGIC)[None, :]
+    if QK_MODE != 0:  # the per-token k scale (zeros past Lk)
+        ks = ks_desc.load([bh, n0]).reshape([BLOCK_N])
+        if QK_MODE == 2:  # int32 -> fp32 by the magic number, fused with the scale
+            s = (s + _MAGIC_BITS).to(tl.float32, bitcast=True) * ks[None, :] - (ks * _MAGIC)[None, :]
+        else:
+            s = s * ks[None, :]
     if MASK:
         s = tl.where(cols[None, :] < Lk, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1) * c_row)  # c_row > 0
@@ -170,13 +174,11 @@ def _flash_fwd_kernel(
     q = q_desc.load([b * Lq + m0, h * D])  # [BLOCK_M, D]; rows past Lq are never stored
     if QK_MODE == 0:
         c_row = tl.full([BLOCK_M], qk_scale, tl.float32)
+        ks_desc = ks_arg  # unused
     else:  # the scales come through TMA too: Hopper's warp specialization refuses pointer loads
         qs_desc = _descriptor(qs_arg, B * N, Lq, stride_qs, 1, BLOCK_M)
         c_row = tl.where(offs_m < Lq, qs_desc.load([bh, m0]).reshape([BLOCK_M]), 1.0)
-    if QK_MODE == 2:
         ks_desc = _descriptor(ks_arg, B * N, Lk, stride_ks, 1, BLOCK_N)
-    else:
-        ks_desc = ks_arg  # unused
 
     acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -206,52 +208,125 @@ def _flash_fwd_kernel(
              mask=(offs_m < Lq)[:, None])
 
 
+@triton.jit
+def _quantize_rows_kernel(
+    x_ptr, mean_ptr, out_ptr, scale_ptr, R, L, N, stride_b, stride_l, scale_row, mult, min_amax,
+    INT8: tl.constexpr, SMOOTH: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    # rows r = (b L + l) N + h of the [B*L*N, D] output; the input may space its tokens wider
+    r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    live = r < R
+    h = r % N
+    tok = r // N
+    b = tok // L
+    l = tok % L
+    cols = tl.arange(0, D)
+    x = tl.load(x_ptr + (b * stride_b + l * stride_l + h * D)[:, None] + cols[None, :], mask=live[:, None],
+                other=0.0).to(tl.float32)
+    if SMOOTH:
+        x -= tl.load(mean_ptr + ((b * N + h) * D)[:, None] + cols[None, :], mask=live[:, None], other=0.0)
+    amax = tl.maximum(tl.max(tl.abs(x), axis=1), min_amax)
+    if INT8:
+        y = x * (127.0 / amax)[:, None]
+        y = tl.where(y >= 0, y + 0.5, y - 0.5).to(tl.int8)  # half away from zero, then truncation
+        scale = amax / 127.0
+    else:
+        y = (x * (448.0 / amax)[:, None]).to(tl.float8e4nv)
+        scale = amax / 448.0
+    tl.store(out_ptr + r[:, None] * D + cols[None, :], y, mask=live[:, None])
+    tl.store(scale_ptr + (b * N + h) * scale_row + l, scale * mult, mask=live)
+
+
+@triton.jit
+def _quantize_v_kernel(v_ptr, inv_ptr, vt_ptr, L, N, stride_b, stride_l, vt_row, D: tl.constexpr,
+                       BLOCK_L: tl.constexpr):
+    bh = tl.program_id(1)
+    b = bh // N
+    h = bh % N
+    offs_l = tl.program_id(0) * BLOCK_L + tl.arange(0, BLOCK_L)
+    offs_d = tl.arange(0, D)
+    live = (offs_l < L)[:, None]
+    v = tl.load(v_ptr + b.to(tl.int64) * stride_b + offs_l[:, None].to(tl.int64) * stride_l + h * D + offs_d[None, :],
+                mask=live, other=0.0).to(tl.float32)
+    y = (v * tl.load(inv_ptr + bh * D + offs_d)[None, :]).to(tl.float8e4nv)  # [BLOCK_L, D]
+    tl.store(vt_ptr + (bh * D + offs_d)[None, :].to(tl.int64) * vt_row + offs_l[:, None], y, mask=live)
+
+
+def _padded_scales(b: int, n: int, l: int, device) -> torch.Tensor:
+    """[B, N, L] fp32 view of rows padded to 16 bytes (the TMA row stride the kernel reads)."""
+    return torch.empty((b, n, -(-l // 4) * 4), dtype=torch.float32, device=device)[..., :l]
+
+
+def _quantize_rows(x: torch.Tensor, mean: torch.Tensor | None, int8: bool, mult: float):
+    """x [B, L, N, D] per (token, head) to int8 or e4m3 (minus ``mean`` [B, N, D] if given):
+    (x8 [B, L, N, D] contiguous, scale [B, N, L] fp32 times ``mult``); Triton or torch ops, the
+    same arithmetic (int8: half away from zero; e4m3: to nearest even)."""
+    b, l, n, d = x.shape
+    qmax = INT8_MAX if int8 else FP8_MAX
+    scale = _padded_scales(b, n, l, x.device)
+    if not use_triton(x):
+        xf = x.float() - (mean[:, None] if mean is not None else 0.0)
+        amax = xf.abs().amax(dim=-1).clamp_min(_MIN_AMAX)  # [B, L, N]
+        y = xf * (qmax / amax)[..., None]
+        x8 = torch.trunc(y + 0.5 * torch.sign(y)).to(torch.int8) if int8 else y.to(FP8)
+        scale.copy_((amax / qmax * mult).transpose(1, 2))
+        return x8, scale
+    if x.stride(3) != 1 or (n > 1 and x.stride(2) != d):
+        x = x.contiguous()
+    x8 = torch.empty(x.shape, dtype=torch.int8 if int8 else FP8, device=x.device)
+    rows, block_r = b * l * n, 16
+    if rows:
+        _quantize_rows_kernel[(triton.cdiv(rows, block_r),)](
+            x, mean if mean is not None else x, x8, scale, rows, l, n, x.stride(0), x.stride(1), scale.stride(1),
+            mult, _MIN_AMAX, INT8=int8, SMOOTH=mean is not None, D=d, BLOCK_R=block_r, num_warps=4)
+    return x8, scale
+
+
 def quantize_qk(q: torch.Tensor, k: torch.Tensor, qk: str):
-    """q and k to 8 bits, k smoothed by its mean over tokens (torch ops).
+    """q and k to 8 bits per (token, head), k smoothed by its mean over tokens.
 
     Args:
-        q: [B, Lq, N, D]; k: [B, Lk, N, D]; any float dtype.
+        q: [B, Lq, N, D]; k: [B, Lk, N, D]; any float dtype, unit last stride.
         qk: ``"e4m3"`` or ``"int8"``.
 
     Returns:
-        (q8 [B, Lq, N, D] contiguous, qs [B, N, Lq] fp32, k8 [B, Lk, N, D] contiguous, ks fp32)
-        with ``c q.k' ~= qs[i] ks[j] (q8[i] . k8[j])`` per (batch, head), for
-        ``k' = k - mean_L(k)`` and ``c = log2(e) / sqrt(D)``. ks is [B, N, Lk] (int8: per token)
-        or [B, N, 1] (e4m3: per head, e4m3's exponent covers the spread of token norms).
-        Rounding: to nearest (even).
+        (q8 [B, Lq, N, D], qs [B, N, Lq] fp32, k8 [B, Lk, N, D], ks [B, N, Lk] fp32), 8-bit ones
+        contiguous, scales views of 16-byte rows, with ``c q.k' ~= qs[i] ks[j] (q8[i] . k8[j])``
+        per (batch, head), for ``k' = k - mean_L(k)`` and ``c = log2(e) / sqrt(D)``. A Triton
+        kernel on CUDA (one pass over each; the mean is one more over k), torch ops otherwise.
+        Rounding: int8 half away from zero, e4m3 to nearest even.
     """
-    c = _LOG2E / math.sqrt(q.shape[-1])
-    qf = q.float()
-    kf = k.float()
-    kf = kf - kf.mean(dim=1, keepdim=True)
-    q_amax = qf.abs().amax(dim=-1).clamp_min(_MIN_AMAX)  # [B, Lq, N]
-    if qk == "int8":
-        k_amax = kf.abs().amax(dim=-1).clamp_min(_MIN_AMAX)  # [B, Lk, N]
-        q8 = torch.round(qf * (INT8_MAX / q_amax)[..., None]).to(torch.int8)
-        k8 = torch.round(kf * (INT8_MAX / k_amax)[..., None]).to(torch.int8)
-        return q8, (q_amax * (c / INT8_MAX)).transpose(1, 2), k8, (k_amax / INT8_MAX).transpose(1, 2)
-    k_amax = kf.abs().amax(dim=(1, 3)).clamp_min(_MIN_AMAX)  # [B, N]
-    q8 = (qf * (FP8_MAX / q_amax)[..., None]).to(FP8)
-    k8 = (kf * (FP8_MAX / k_amax)[:, None, :, None]).to(FP8)
-    return q8, (q_amax * (c / FP8_MAX)).transpose(1, 2), k8, (k_amax / FP8_MAX)[..., None]
+    int8 = qk == "int8"
+    mean = torch.mean(k, dim=1, dtype=torch.float32)  # [B, N, D]
+    q8, qs = _quantize_rows(q, None, int8, _LOG2E / math.sqrt(q.shape[-1]))
+    k8, ks = _quantize_rows(k, mean, int8, 1.0)
+    return q8, qs, k8, ks
 
 
 def quantize_v(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """v to e4m3 per (batch, head, channel), transposed (torch ops).
+    """v to e4m3 per (batch, head, channel), transposed.
 
     Args:
-        v: [B, Lk, N, D], any float dtype and strides.
+        v: [B, Lk, N, D], any float dtype, unit last stride.
 
     Returns:
         (vt e4m3 [B, N, D, Lp], vs [B, N, D] fp32): ``v[b, j, h, d] ~= vt[b, h, d, j] vs[b, h, d]``
         for ``j < Lk``; ``Lp`` = Lk rounded up to 16 (TMA's 16-byte row stride), the columns past
-        Lk left unset (the kernel's descriptor ends at Lk: TMA reads zeros there).
+        Lk left unset (the kernel's descriptor ends at Lk: TMA reads zeros there). A Triton
+        kernel on CUDA (one pass after the channel maxima's), torch ops otherwise; same rounding.
     """
     b, lk, n, d = v.shape
-    vs = v.abs().amax(dim=1).float().clamp_min(_MIN_AMAX) / FP8_MAX  # [B, N, D]
+    amax = torch.linalg.vector_norm(v, ord=math.inf, dim=1).float().clamp_min(_MIN_AMAX)  # [B, N, D]
+    inv = FP8_MAX / amax
     vt = torch.empty((b, n, d, -(-lk // 16) * 16), dtype=FP8, device=v.device)
-    vt[..., :lk] = (v.float() / vs[:, None]).to(FP8).permute(0, 2, 3, 1)
-    return vt, vs
+    if not use_triton(v):
+        vt[..., :lk] = (v.float() * inv[:, None]).to(FP8).permute(0, 2, 3, 1)
+    elif vt.numel():
+        if v.stride(3) != 1 or (n > 1 and v.stride(2) != d):
+            v = v.contiguous()
+        _quantize_v_kernel[(triton.cdiv(lk, 64), b * n)](v, inv, vt, lk, n, v.stride(0), v.stride(1), vt.shape[-1],
+                                                        D=d, BLOCK_L=64, num_warps=4)
+    return vt, amax / FP8_MAX
 
 
 def _token_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -266,13 +341,6 @@ def _token_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
     return x, row
 
 
-def _scale_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Scales [B, N, L] fp32 as TMA rows of a [B*N, L] matrix: (a copy with 16-byte rows, stride)."""
-    b, n, l = x.shape
-    row = -(-l // 4) * 4
-    out = torch.empty((b, n, row), dtype=torch.float32, device=x.device)
-    out[..., :l] = x
-    return out, row
 
 
 def _alloc(size: int, alignment: int, stream):
@@ -292,8 +360,7 @@ def _launch(q, k, v, qk, pv, cfg: FlashConfig):
     else:
         q_in, qs, k_in, ks = quantize_qk(q, k, qk)
         stride_q = stride_k = n * d
-        qs, stride_qs = _scale_rows(qs * ks if qk == "e4m3" else qs)  # e4m3: k's per-head scale folded in
-        ks, stride_ks = _scale_rows(ks) if qk == "int8" else (unused, 4)
+        stride_qs, stride_ks = qs.stride(1), ks.stride(1)
     if pv == "e4m3":
         v_in, vs = quantize_v(v)
         stride_v = v_in.shape[-1]
@@ -303,7 +370,7 @@ def _launch(q, k, v, qk, pv, cfg: FlashConfig):
         v_shape, v_block = [b * lk, n * d], [cfg.block_n, d]
     if cfg.warp_specialize:  # Hopper's warp specialization wants device-side descriptors
         triton.set_allocator(_alloc)
-        args = (q_in, k_in, v_in, qs, ks)
+        args = (q_in, k_in, v_in, qs, ks)  # scale views: the kernel reads their rows' first L
     else:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -311,7 +378,7 @@ def _launch(q, k, v, qk, pv, cfg: FlashConfig):
                 TensorDescriptor(k_in, [b * lk, n * d], [stride_k, 1], [cfg.block_n, d]),
                 TensorDescriptor(v_in, v_shape, [stride_v, 1], v_block),
                 TensorDescriptor(qs, [b * n, lq], [stride_qs, 1], [1, cfg.block_m]) if qk != "exact" else qs,
-                TensorDescriptor(ks, [b * n, lk], [stride_ks, 1], [1, cfg.block_n]) if qk == "int8" else ks)
+                TensorDescriptor(ks, [b * n, lk], [stride_ks, 1], [1, cfg.block_n]) if qk != "exact" else ks)
     extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg and not INTERPRET else {}
     grid = (triton.cdiv(lq, cfg.block_m), b * n)
     _flash_fwd_kernel[grid](

@@ -10,7 +10,7 @@ one event per line take the same path without the collapse. Any other layout (mi
 other producers) goes through ijson's streaming parser into the same NDJSON form.
 
 Times: ``start_ns = round(ts * 1000)`` and ``dur_ns = round(dur * 1000)`` computed on the
-decimal text (DECIMAL(38, 12)), ``end_ns = start_ns + dur_ns`` (DESIGN.md).
+decimal text (parsed to DECIMAL(35, 3), which rounds half away from zero as round() does), ``end_ns = start_ns + dur_ns`` (DESIGN.md).
 """
 
 from __future__ import annotations
@@ -79,20 +79,80 @@ _ARGS = {
 }
 _COLUMNS = {
     "ph": "VARCHAR", "cat": "VARCHAR", "name": "VARCHAR", "pid": "VARCHAR", "tid": "VARCHAR",
-    "ts": "DECIMAL(38, 12)", "dur": "DECIMAL(38, 12)", "id": "VARCHAR",
+    # Parsing the number's text into 3 decimals rounds half away from zero, as round() does,
+    # so ts * 1000 is then exactly round(ts * 1000); 35 digits keep that product within
+    # DECIMAL(38) (larger values fail the parse and count as no_timing).
+    "ts": "DECIMAL(35, 3)", "dur": "DECIMAL(35, 3)", "id": "VARCHAR",
     "args": "STRUCT(" + ", ".join(f'"{k}" {v}' for k, v in _ARGS.items()) + ")",
 }
 
-_STAGE_SQL = """
+_BIG = "9223372036854775807"  # largest BIGINT: ns values beyond it are integer_overflow
+_KNOWN = ", ".join(f"'{c}'" for c in CATEGORIES)
+_LOWER = ", ".join(f"'{c}'" for c in [*CATEGORIES, "ac2g"])  # lower() only for the rest
+_IGNORED = ", ".join(f"'{c}'" for c in IGNORED_CATEGORIES)
+_GPU = "('kernel', 'gpu_memcpy', 'memcpy', 'gpu_memset', 'memset')"
+_API = "('cuda_runtime', 'runtime', 'cuda_driver', 'driver')"
+_HOST = "('cpu_op', 'operator', 'python_function', 'user_annotation')"
+_WARNINGS = ("no_timing", "zero_duration", "end_before_start", "malformed_event", "unknown_category",
+             "integer_overflow")
+
+# One pass over the parsed events computes, per record, where it goes (``dest``: kernel,
+# memop, api, host, sync, flow, or NULL when excluded), its typed columns and the warnings
+# it raises; the inserts into the canonical tables then only filter on ``dest``.
+# A GPU record's device is args.device, else pid; its stream args.stream, else tid; NULL
+# where neither is an integer that fits the column.
+_STAGE_SQL = f"""
 CREATE OR REPLACE TEMP TABLE _stage AS
+WITH raw AS (
+  SELECT ph, CASE WHEN cat IN ({_LOWER}) THEN cat ELSE lower(cat) END AS cat, name, pid, tid, id,
+         (ts * 1000)::HUGEINT AS s, (dur * 1000)::HUGEINT AS d, args
+  FROM read_json(?, format = 'array', columns = {{columns}}, ignore_errors = true)
+), typed AS (
+  SELECT *,
+         cat IN ({_KNOWN}) AS known,
+         cat IN {_GPU} AS gpu,
+         CASE WHEN cat IN {_GPU} OR cat = 'cuda_sync'
+              THEN coalesce(try_cast(args.device AS INTEGER), try_cast(pid AS INTEGER)) END AS device,
+         CASE WHEN cat IN {_GPU} OR cat = 'cuda_sync'
+              THEN coalesce(try_cast(args.stream AS BIGINT), try_cast(tid AS BIGINT)) END AS stream,
+         try_cast(args.correlation AS BIGINT) AS corr, try_cast(args."External id" AS BIGINT) AS ext,
+         coalesce(ph = 'X' AND name IS NOT NULL AND s > 0 AND s <= {_BIG} AND d <= {_BIG}
+                  AND s + d <= {_BIG}, false) AS valid
+  FROM raw
+)
 SELECT
-  ph, lower(cat) AS cat, name, pid, tid, id,
-  round(ts * 1000)::HUGEINT AS start_ns, round(dur * 1000)::HUGEINT AS dur_ns,
-  args."External id" AS ext_txt, args.correlation AS corr_txt, args.device AS device_txt,
-  args.stream AS stream_txt, args.grid AS grid_txt, args.block AS block_txt,
-  args."registers per thread" AS regs_txt, args."shared memory" AS smem_txt,
-  args.bytes AS bytes_txt, args."Input Dims" AS input_dims, args.name AS arg_name
-FROM read_json(?, format = 'array', columns = {columns}, ignore_errors = true)
+  CASE WHEN cat = 'ac2g' AND ph IN ('s', 'f') THEN 'flow'
+       WHEN NOT valid THEN NULL
+       WHEN gpu THEN CASE WHEN d > 0 AND device IS NOT NULL AND stream IS NOT NULL
+                          THEN CASE WHEN cat = 'kernel' THEN 'kernel' ELSE 'memop' END END
+       WHEN d < 0 THEN NULL
+       WHEN cat IN {_API} THEN 'api'
+       WHEN cat IN {_HOST} THEN 'host'
+       WHEN cat = 'cuda_sync' THEN 'sync' END AS dest,
+  ph, cat, name, id,
+  CASE WHEN valid THEN s::BIGINT END AS start_ns, CASE WHEN valid THEN d::BIGINT END AS dur_ns,
+  CASE WHEN NOT gpu THEN try_cast(pid AS BIGINT) END AS pid,
+  CASE WHEN NOT gpu THEN try_cast(tid AS BIGINT) END AS tid,
+  device, stream, corr, ext,
+  CASE WHEN cat = 'kernel' THEN try_cast(args.grid AS INTEGER[]) END AS grid,
+  CASE WHEN cat = 'kernel' THEN try_cast(args.block AS INTEGER[]) END AS block,
+  CASE WHEN cat = 'kernel' THEN try_cast(args."registers per thread" AS INTEGER) END AS regs,
+  CASE WHEN cat = 'kernel' THEN try_cast(args."shared memory" AS BIGINT) END AS smem,
+  CASE WHEN cat IN {_GPU} AND cat <> 'kernel' THEN try_cast(args.bytes AS BIGINT) END AS bytes,
+  CASE WHEN cat IN ('cpu_op', 'operator') THEN args."Input Dims"::VARCHAR END AS input_dims,
+  args.name AS arg_name,
+  -- warnings (per record, counted and excluded)
+  ph = 'X' AND known AND (s IS NULL OR s <= 0 OR d IS NULL) AS no_timing,
+  ph = 'X' AND known AND s > 0 AND d = 0 AND gpu AS zero_duration,
+  ph = 'X' AND known AND s > 0 AND d < 0 AS end_before_start,
+  ph IS NULL OR (ph = 'X' AND known AND name IS NULL)
+     OR (ph = 'X' AND gpu AND name IS NOT NULL AND s > 0 AND d > 0 AND s + d <= {_BIG}
+         AND (device IS NULL OR stream IS NULL)) AS malformed_event,
+  ph = 'X' AND cat IS NOT NULL AND NOT known AND cat NOT IN ({_IGNORED}) AS unknown_category,
+  known AND ((args."External id" IS NOT NULL AND ext IS NULL)
+             OR (args.correlation IS NOT NULL AND corr IS NULL)
+             OR (s IS NOT NULL AND (s > {_BIG} OR d > {_BIG} OR s + d > {_BIG}))) AS integer_overflow
+FROM typed
 """
 
 
@@ -517,14 +577,6 @@ def _sql_struct(columns: dict) -> str:
     return "{" + ", ".join(f"'{k}': '{v}'" for k, v in columns.items()) + "}"
 
 
-_INT = "try_cast({} AS BIGINT)"
-# A GPU record's device (args.device, else pid) and stream (args.stream, else tid), NULL
-# where neither is an integer that fits the column.
-_DEVICE = "coalesce(try_cast(device_txt AS INTEGER), try_cast(pid AS INTEGER))"
-_STREAM = "coalesce(try_cast(stream_txt AS BIGINT), try_cast(tid AS BIGINT))"
-_GPU_CATEGORIES = "('kernel', 'gpu_memcpy', 'memcpy', 'gpu_memset', 'memset')"
-
-
 def _placeholder_rank(source_id: int) -> int:
     """Rank written while a file is staged, replaced by its real rank once the whole file
     (and any ``distributedInfo`` after the events) has been read."""
@@ -532,81 +584,48 @@ def _placeholder_rank(source_id: int) -> int:
 
 
 def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
-    """Move one staged chunk into the canonical tables."""
+    """Move one staged run of events into the canonical tables; count its warnings."""
     rank = _placeholder_rank(source_id)
-    known = ", ".join(f"'{c}'" for c in CATEGORIES)
-    ignored = ", ".join(f"'{c}'" for c in IGNORED_CATEGORIES)
-    # Per-record problems, counted and excluded.
-    counts = con.execute(f"""
-        SELECT
-          count(*) FILTER (ph = 'X' AND cat IN ({known}) AND (start_ns IS NULL OR start_ns <= 0 OR dur_ns IS NULL)) AS no_timing,
-          count(*) FILTER (ph = 'X' AND cat IN ({known}) AND start_ns > 0 AND dur_ns = 0
-                           AND cat IN {_GPU_CATEGORIES}) AS zero_duration,
-          count(*) FILTER (ph = 'X' AND cat IN ({known}) AND start_ns > 0 AND dur_ns < 0) AS end_before_start,
-          count(*) FILTER (ph IS NULL OR (ph = 'X' AND cat IN ({known}) AND name IS NULL)
-                           OR (ph = 'X' AND cat IN {_GPU_CATEGORIES} AND name IS NOT NULL AND start_ns > 0 AND dur_ns > 0
-                               AND start_ns + dur_ns <= 9223372036854775807
-                               AND ({_DEVICE} IS NULL OR {_STREAM} IS NULL))) AS malformed_event,
-          count(*) FILTER (ph = 'X' AND cat IS NOT NULL AND cat NOT IN ({known}) AND cat NOT IN ({ignored})) AS unknown_category,
-          count(*) FILTER (cat IN ({known}) AND (
-              (ext_txt IS NOT NULL AND try_cast(ext_txt AS BIGINT) IS NULL)
-              OR (corr_txt IS NOT NULL AND try_cast(corr_txt AS BIGINT) IS NULL)
-              OR (start_ns IS NOT NULL AND (start_ns > 9223372036854775807 OR dur_ns > 9223372036854775807
-                                            OR start_ns + dur_ns > 9223372036854775807)))) AS integer_overflow
-        FROM _stage
-    """).fetchall()[0]
-    for kind, n in zip(("no_timing", "zero_duration", "end_before_start", "malformed_event", "unknown_category",
-                              "integer_overflow"), counts):
+    counts = con.execute(
+        "SELECT " + ", ".join(f"count(*) FILTER ({w})" for w in _WARNINGS) + " FROM _stage").fetchall()[0]
+    for kind, n in zip(_WARNINGS, counts):
         if n:
             warn[kind] = warn.get(kind, 0) + n
-    con.execute("""
-        INSERT INTO _kineto_flows SELECT id, ph FROM _stage WHERE cat = 'ac2g' AND ph IN ('s', 'f')
-    """) if _has_table(con, "_kineto_flows") else con.execute(
-        "CREATE TEMP TABLE _kineto_flows AS SELECT id, ph FROM _stage WHERE cat = 'ac2g' AND ph IN ('s', 'f')"
-    )
-    # end_ns = start_ns + dur_ns must fit in 64 bits too (each may while the sum does not)
-    valid = ("ph = 'X' AND name IS NOT NULL AND start_ns > 0 AND start_ns <= 9223372036854775807"
-             " AND dur_ns <= 9223372036854775807 AND start_ns + dur_ns <= 9223372036854775807")
-    gpu_valid = f"{valid} AND dur_ns > 0 AND {_DEVICE} IS NOT NULL AND {_STREAM} IS NOT NULL"
+    if not _has_table(con, "_kineto_flows"):
+        con.execute("CREATE TEMP TABLE _kineto_flows (id VARCHAR, ph VARCHAR)")
+    con.execute("INSERT INTO _kineto_flows SELECT id, ph FROM _stage WHERE dest = 'flow'")
     con.execute(f"""
         INSERT INTO kernels
-        SELECT {rank}, {_DEVICE}, {_STREAM},
-               start_ns, start_ns + dur_ns, dur_ns, name, {_INT.format('corr_txt')}, NULL,
-               try_cast(grid_txt AS INTEGER[]), try_cast(block_txt AS INTEGER[]),
-               try_cast(regs_txt AS INTEGER), {_INT.format('smem_txt')}
-        FROM _stage WHERE cat = 'kernel' AND {gpu_valid}
+        SELECT {rank}, device, stream, start_ns, start_ns + dur_ns, dur_ns, name, corr, NULL,
+               grid, block, regs, smem
+        FROM _stage WHERE dest = 'kernel'
     """)
     con.execute(f"""
         INSERT INTO memops
         SELECT CASE WHEN cat LIKE '%memcpy' THEN 'memcpy' ELSE 'memset' END,
                CASE WHEN cat LIKE '%memcpy' THEN coalesce(regexp_extract(name, 'Memcpy (\\w+)', 1), 'unknown') END,
-               {_INT.format('bytes_txt')}, name, {rank}, {_DEVICE}, {_STREAM},
-               start_ns, start_ns + dur_ns, dur_ns, {_INT.format('corr_txt')}, NULL
-        FROM _stage WHERE cat IN ('gpu_memcpy', 'memcpy', 'gpu_memset', 'memset') AND {gpu_valid}
+               bytes, name, {rank}, device, stream, start_ns, start_ns + dur_ns, dur_ns, corr, NULL
+        FROM _stage WHERE dest = 'memop'
     """)
     con.execute(f"""
         INSERT INTO api_calls
         SELECT CASE WHEN cat IN ('cuda_driver', 'driver') THEN 'driver' ELSE 'runtime' END,
-               regexp_replace(name, '_v\\d{{4,}}$', ''), name, {rank},
-               try_cast(pid AS BIGINT), try_cast(tid AS BIGINT),
-               start_ns, start_ns + dur_ns, dur_ns, {_INT.format('corr_txt')}
-        FROM _stage WHERE cat IN ('cuda_runtime', 'runtime', 'cuda_driver', 'driver') AND {valid} AND dur_ns >= 0
+               regexp_replace(name, '_v\\d{{4,}}$', ''), name, {rank}, pid, tid,
+               start_ns, start_ns + dur_ns, dur_ns, corr
+        FROM _stage WHERE dest = 'api'
     """)
     con.execute(f"""
         INSERT INTO cpu_ops
         SELECT NULL, NULL, NULL,
                CASE WHEN cat IN ('cpu_op', 'operator') THEN 'op'
                     WHEN cat = 'python_function' THEN 'python' ELSE 'annotation' END,
-               name, {rank}, try_cast(pid AS BIGINT), try_cast(tid AS BIGINT),
-               start_ns, start_ns + dur_ns, dur_ns, {_INT.format('ext_txt')},
-               CASE WHEN cat IN ('cpu_op', 'operator') THEN input_dims::VARCHAR END
-        FROM _stage WHERE cat IN ('cpu_op', 'operator', 'python_function', 'user_annotation') AND {valid} AND dur_ns >= 0
+               name, {rank}, pid, tid, start_ns, start_ns + dur_ns, dur_ns, ext, input_dims
+        FROM _stage WHERE dest = 'host'
     """)
     con.execute(f"""
         INSERT INTO cuda_syncs
-        SELECT coalesce(arg_name, name), {rank}, {_DEVICE}, {_STREAM},
-               start_ns, start_ns + dur_ns, {_INT.format('corr_txt')}, NULL
-        FROM _stage WHERE cat = 'cuda_sync' AND {valid} AND dur_ns >= 0
+        SELECT coalesce(arg_name, name), {rank}, device, stream, start_ns, start_ns + dur_ns, corr, NULL
+        FROM _stage WHERE dest = 'sync'
     """)
     con.execute("DROP TABLE _stage")
 

@@ -11,75 +11,128 @@ import duckdb
 import numpy as np
 
 
-def _ordered_key(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(is NULL, value) of a fetched column: NULLs sort last, as SQL's default."""
-    if isinstance(a, np.ma.MaskedArray):
-        return np.ma.getmaskarray(a), a.filled(0)
-    return np.zeros(len(a), bool), a
-
-
-def nest(rank, pid, tid, start, end) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def nest(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Nesting of host ranges by time on each thread.
 
     Args:
-        rank, pid, tid: int64 [n] (pid, tid may be masked where NULL); start, end: int64 [n], ns.
+        thread: int32 [n], the range's thread as an index (ranges of one thread share it);
+        start, end: int64 [n], ns.
 
     Returns:
-        (id, parent, depth), aligned with the inputs: ``id`` is the position in the order
-        (rank, pid, tid, start, end descending); ``parent`` the id of the innermost
-        enclosing range on the same thread, -1 at the top; ``depth`` 0 at the top.
+        (id, parent, depth), aligned with the inputs: ``id`` int64, the position in the
+        order (thread, start, end descending); ``parent`` int64, the id of the innermost
+        enclosing range on the same thread, -1 at the top; ``depth`` int32, 0 at the top.
 
     A range's depth is the number of ranges open on its thread when it starts: those that
     started before it in the order above, less those that ended by then. At equal times
     an end comes before a start (adjacent ranges are siblings), except the end of a
     zero-length range, which comes after the starts at its instant. The parent is the last
-    range before it in the order one level up (the one still open). Everything is sorting
-    and binary search (numpy): O(n log n), no per-range Python.
+    range before it in the order one level up (the one still open). Sorting and binary
+    search only: O(n log n), no per-range Python.
     """
     n = len(start)
-    pid_null, pid_v = _ordered_key(pid)
-    tid_null, tid_v = _ordered_key(tid)
-    order = np.lexsort((-end, start, tid_v, tid_null, pid_v, pid_null, rank))
+    order = np.lexsort((-end, start, thread))
+    th = thread[order].astype(np.int64)
     s, e = start[order], end[order]
-    new_thread = np.zeros(n, bool)
-    new_thread[:1] = True
-    for col in (rank, pid_null, pid_v, tid_null, tid_v):
-        c = col[order]
-        new_thread[1:] |= c[1:] != c[:-1]
-    thread = np.cumsum(new_thread) - 1
-    first = np.flatnonzero(new_thread)[thread]  # position of the thread's first range
-    pos = np.arange(n)
-    # Times as dense ranks (so thread * span + 2 * rank + flag cannot overflow int64).
-    times, ranked = np.unique(np.concatenate((s, e)), return_inverse=True)
-    span = 2 * len(times) + 2
-    ends = np.sort(thread * span + 2 * ranked[n:] + (e == s))
-    ended = np.searchsorted(ends, thread * span + 2 * ranked[:n] + 1) - first
-    depth = np.maximum(pos - first - ended, 0)
-    by_depth = np.sort(depth * n + pos)
-    up = (depth - 1) * n
-    at = np.searchsorted(by_depth, up + pos) - 1
-    cand = by_depth[np.maximum(at, 0)] - up
-    found = (depth > 0) & (at >= 0) & (cand >= 0) & (cand < pos)
-    cand = np.where(found, cand, 0)
-    found &= thread[cand] == thread
+    del thread, start, end  # the caller hands its arrays over: memory stays ~6 arrays of n
+    # One sortable int64 key per end and per start: thread, then time, then the tie rule.
+    t0 = int(s.min())
+    span = 2 * (int(e.max()) - t0) + 2
+    if int(th[-1]) * span < (1 << 62):
+        e -= t0
+        s -= t0
+    else:  # times too far apart for one int64 key: their dense ranks keep the order
+        _, ranked = np.unique(np.concatenate((s, e)), return_inverse=True)
+        s, e = ranked[:n].copy(), ranked[n:].copy()
+        del ranked
+        span = 2 * n + 2
+    th *= span
+    ends = 2 * e
+    ends += th
+    ends += e == s  # a zero-length range ends after the starts at its instant
+    ends.sort()
+    del e
+    s *= 2
+    s += th
+    s += 1
+    # Ends before each start, on its thread or an earlier one (those are all of the
+    # earlier threads' ranges); ranges that started before it likewise: the difference is
+    # how many are open.
+    depth = np.arange(n) - np.searchsorted(ends, s)
+    del ends, s
+    np.maximum(depth, 0, out=depth)
+    th //= span  # the thread again
+    # The parent: the last range before it one level up (key depth * n + position).
+    by_depth = depth * n
+    by_depth += np.arange(n)
+    by_depth.sort()
+    want = (depth - 1) * n
+    want += np.arange(n)
+    at = np.searchsorted(by_depth, want)
+    at -= 1
+    cand = by_depth[np.maximum(at, 0)]
+    cand -= (depth - 1) * n
+    del by_depth, want
+    found = (depth > 0) & (at >= 0)
+    del at
+    cand[~found] = 0
+    found &= th[cand] == th
+    cand[~found] = -1
     ids = np.empty(n, np.int64)
-    ids[order] = pos
+    ids[order] = np.arange(n)
     parent = np.empty(n, np.int64)
-    parent[order] = np.where(found, cand, -1)
+    parent[order] = cand
     out_depth = np.empty(n, np.int32)
     out_depth[order] = depth
     return ids, parent, out_depth
 
 
+_NEST_INPUT_SQL = """
+CREATE OR REPLACE TEMP TABLE _threads AS
+SELECT rank, pid, tid, (row_number() OVER (ORDER BY rank, pid, tid))::INTEGER AS thread
+FROM (SELECT DISTINCT rank, pid, tid FROM cpu_ops)
+"""
+_NEST_PIECE_SQL = """
+SELECT c.rowid AS rid, t.thread, c.start_ns, c.end_ns FROM cpu_ops c JOIN _threads t
+  ON c.rank = t.rank AND c.pid IS NOT DISTINCT FROM t.pid AND c.tid IS NOT DISTINCT FROM t.tid
+WHERE c.rowid >= ? AND c.rowid < ?
+"""
+# cpu_ops is rewritten once with its nesting columns (cheaper in time and memory than an
+# UPDATE of every row).
+_NEST_WRITE_SQL = """
+ALTER TABLE cpu_ops RENAME TO _cpu_unnested;
+CREATE TABLE cpu_ops AS
+SELECT n.id, nullif(n.parent, -1) AS parent_id, n.depth,
+       c.* EXCLUDE (id, parent_id, depth)
+FROM _cpu_unnested c JOIN _nesting n ON c.rowid = n.rid;
+DROP TABLE _cpu_unnested;
+DROP TABLE _threads;
+"""
+_PIECE_ROWS = 1 << 18  # rows fetched per query: bounds the result DuckDB holds beside numpy's copy
+
+
 def _nest_cpu_ops(con: duckdb.DuckDBPyConnection) -> None:
-    cols = con.execute("SELECT rowid AS rid, rank, pid, tid, start_ns, end_ns FROM cpu_ops").fetchnumpy()
-    if not len(cols["rid"]):
+    """Set cpu_ops' id, parent_id and depth (``nest``); threads ordered by (rank, pid, tid)."""
+    rows = con.execute("SELECT count(*), max(rowid) + 1 FROM cpu_ops").fetchall()[0]
+    if not rows[0]:
         return
-    ids, parent, depth = nest(cols["rank"], cols["pid"], cols["tid"], cols["start_ns"], cols["end_ns"])
-    con.register("_nesting", {"rid": cols["rid"], "id": ids, "parent": parent, "depth": depth})
+    n, limit = rows[0], rows[1]
+    con.execute(_NEST_INPUT_SQL)
+    cols = {"rid": np.empty(n, np.int64), "thread": np.empty(n, np.int32),
+            "start_ns": np.empty(n, np.int64), "end_ns": np.empty(n, np.int64)}
+    filled = 0
+    for lo in range(0, limit, _PIECE_ROWS):
+        piece = con.execute(_NEST_PIECE_SQL, [lo, lo + _PIECE_ROWS]).fetchnumpy()
+        k = len(piece["rid"])
+        for name, out in cols.items():
+            out[filled:filled + k] = piece[name]
+        filled += k
+    rid = cols.pop("rid")
+    # Popped into the call: nest holds the only references and frees them as it goes.
+    ids, parent, depth = nest(cols.pop("thread"), cols.pop("start_ns"), cols.pop("end_ns"))
+    con.register("_nesting", {"rid": rid, "id": ids, "parent": parent, "depth": depth})
     try:
-        con.execute("""UPDATE cpu_ops SET id = n.id, parent_id = nullif(n.parent, -1), depth = n.depth
-                       FROM _nesting n WHERE cpu_ops.rowid = n.rid""")
+        con.execute(_NEST_WRITE_SQL)
     finally:
         con.unregister("_nesting")
 

@@ -88,8 +88,11 @@ class FlashConfig:
         block_n: key tokens per tile (64 or 128; >= 16).
         num_warps: 4 (one warpgroup) or 8.
         num_stages: TMA pipeline depth of the K/V loop.
-        warp_specialize: ``tl.range(warp_specialize=True)`` on the K/V loop (device-side
-            descriptors).
+        warp_specialize: ``tl.range(warp_specialize=True)`` on the K/V loop, with device-side
+            descriptors and every tile masked (one select per score). Triton 3.6 specializes
+            on Hopper only with ``num_warps=4`` and ``num_stages > 1``: the CTA then runs a TMA
+            producer and two 4-warp consumers of ``block_m / 2`` rows each (12 warps); other
+            settings compile the same loop unspecialized (checked with ptxas for sm_90a).
         maxnreg: register cap per thread (0: the compiler's choice); e.g. 128 fits two
             8-warp CTAs per SM.
     """

@@ -1,6 +1,7 @@
-"""A bad launch, a lost rank or ranks started differently end every live rank with one line
-(``wanscope: error: ...``, exit code 2, no traceback) within a bounded time, never a hang.
-CPU processes with gloo; every wait in these tests is bounded."""
+"""A bad launch, a lost or frozen rank or ranks started differently end every live rank with
+one line (``wanscope: error: ...``, exit code 2, no traceback) within a bounded time, never a
+hang. CPU processes with gloo, including the heartbeat that NCCL runs rely on (``watch.py``;
+the same on 2 GPUs in ``test_nccl.py``); every wait in these tests is bounded."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from launch import error_line, rank_env, run_ranks, start_ranks  # noqa: E402
+from launch import HERE, Rank, error_line, free_port, rank_env, run_ranks, start_ranks  # noqa: E402
 
 from wanscope.errors import UsageError  # noqa: E402
 from wanscope.parallel.plan import check_heads, degrees  # noqa: E402
@@ -138,3 +139,103 @@ def test_a_rank_dying_mid_loop_ends_the_other_with_one_line(tmp_path, mode, dead
             if r.proc.poll() is None:
                 r.proc.kill()
                 r.proc.wait()
+
+
+def test_a_rank_that_stops_answering_times_out_with_one_line(tmp_path):
+    """A rank alive but frozen (SIGSTOP) keeps its sockets open: the other fails after
+    --dist-timeout, not at once, and not never."""
+    ranks = start_ranks([*TINY, "--steps", "100000", "--parallel", "ulysses", "--dist-timeout", "5",
+                         "--out", str(tmp_path / "x.mp4")], 2)
+    try:
+        assert ranks[0].wait_for(r"\| [1-9]\d*/100000", timeout_s=90), ranks[0].stderr[-2000:]
+        stopped_at = time.monotonic()
+        ranks[1].proc.send_signal(signal.SIGSTOP)
+        assert ranks[0].finish(timeout_s=60) == 2
+        assert 4 < time.monotonic() - stopped_at < 30
+        line = error_line(ranks[0].stderr)
+        # gloo words it either way: the timed-out operation, or another one on the pair it closed
+        assert re.fullmatch(r"wanscope: error: rank 0/2: the Ulysses (all-to-all of q, k, v|all-to-all of the attention "
+                            r"output|all-gather of the output) failed: (Timed out waiting 5000ms .*|Application timeout "
+                            r"caused pair closure) \(another rank "
+                            r"died, hung past --dist-timeout 5 s, or was started differently\)", line), line
+    finally:
+        for r in ranks:
+            if r.proc.poll() is None:
+                r.proc.kill()  # SIGKILL ends a stopped process too
+                r.proc.wait()
+
+
+def setup_ranks(timeout_s, heartbeat, stay_rank0_s, stay_others_s, world_sizes=(2, 2), num_heads=6):
+    """Start ``setup_worker.py`` ranks; rank r believes the world has ``world_sizes[r]`` ranks."""
+    port = free_port()
+    args = [str(HERE / "setup_worker.py"), str(num_heads), str(timeout_s), str(int(heartbeat)), str(stay_rank0_s),
+            str(stay_others_s)]
+    return [Rank([sys.executable, *args], rank_env(r, world, port)) for r, world in enumerate(world_sizes)]
+
+
+def test_ranks_started_with_different_world_sizes():
+    """WORLD_SIZE 2 on rank 0, 3 on rank 1 (6 heads: both degrees divide them)."""
+    started = time.monotonic()
+    ranks = setup_ranks(5, False, 0, 0, world_sizes=(2, 3))
+    try:
+        for rank, world in ((0, 2), (1, 3)):
+            assert ranks[rank].finish(timeout_s=60) == 2
+            line = error_line(ranks[rank].stderr)
+            assert re.fullmatch(rf"wanscope: error: rank {rank}/{world}: (process group|subgroup) setup failed: .*"
+                                rf"\(check that every rank was started with the same WORLD_SIZE and "
+                                rf"MASTER_ADDR:MASTER_PORT, and that all {world} started\)", line), line
+        assert time.monotonic() - started < 40
+    finally:
+        for r in ranks:
+            if r.proc.poll() is None:
+                r.proc.kill()
+
+
+@pytest.mark.parametrize("dead", [0, 1])
+def test_heartbeat_ends_a_rank_whose_peer_died(dead):
+    """Under NCCL nothing else would notice (its kernels spin): the heartbeat's gloo connection
+    does, at once. Rank 0 dying also takes the rendezvous store with it."""
+    ranks = setup_ranks(60, True, 120, 120)
+    try:
+        for r in ranks:
+            assert r.wait_for("ready", timeout_s=60), r.stderr
+        killed_at = time.monotonic()
+        ranks[dead].proc.send_signal(signal.SIGKILL)
+        survivor = ranks[1 - dead]
+        assert survivor.finish(timeout_s=30) == 2
+        assert time.monotonic() - killed_at < 10
+        line = error_line(survivor.stderr)
+        assert re.fullmatch(rf"wanscope: error: rank {1 - dead}/2: lost contact with another rank: .*(closed|reset) by "
+                            r"peer.* \(a rank died, or stopped answering for --dist-timeout 60 s\)", line), line
+    finally:
+        for r in ranks:
+            if r.proc.poll() is None:
+                r.proc.kill()
+
+
+def test_heartbeat_ends_a_rank_whose_peer_stopped_answering():
+    ranks = setup_ranks(4, True, 120, 120)
+    try:
+        for r in ranks:
+            assert r.wait_for("ready", timeout_s=60), r.stderr
+        stopped_at = time.monotonic()
+        ranks[1].proc.send_signal(signal.SIGSTOP)
+        assert ranks[0].finish(timeout_s=60) == 2
+        assert 3.5 < time.monotonic() - stopped_at < 20
+        assert error_line(ranks[0].stderr) == (
+            "wanscope: error: rank 0/2: lost contact with another rank: Timed out waiting 4000ms for recv operation "
+            "to complete (a rank died, or stopped answering for --dist-timeout 4 s)")
+    finally:
+        for r in ranks:
+            if r.proc.poll() is None:
+                r.proc.kill()
+                r.proc.wait()
+
+
+def test_heartbeat_lets_ranks_leave_one_by_one():
+    """Rank 1 leaves at once (as after its last collective in generate) while rank 0 stays for
+    several beats (as while it decodes the video): an orderly exit is not a lost peer."""
+    ranks = setup_ranks(20, True, 4, 0)
+    for r in ranks:
+        assert r.finish(timeout_s=60) == 0, r.stderr
+        assert "error" not in r.stderr, r.stderr

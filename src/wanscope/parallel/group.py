@@ -12,7 +12,11 @@ heads) is checked before the process group starts, so a bad launch fails at once
 rank. Every wait has a timeout (``timeout_s``): the rendezvous, each gloo collective, and
 NCCL's watchdog. A failed collective becomes a ``ParallelError`` (one line naming the rank
 and what it was doing); a peer that dies closes its sockets, so under gloo the other ranks
-fail at their next collective instead of waiting for the timeout.
+fail at their next collective instead of waiting for the timeout. Under NCCL a dead peer
+goes unnoticed by the collectives, so each rank also keeps a gloo heartbeat (``watch.py``)
+that ends it with one line when a peer dies (at once) or stops answering (after
+``timeout_s``); NCCL's own watchdog, which aborts with a multi-line C++ message, is given
+``NCCL_GRACE_S`` more so that the heartbeat speaks first.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import torch.distributed as dist
 
 from wanscope.errors import UsageError, WanscopeError
 from wanscope.parallel.plan import DEFAULT_TIMEOUT_S, check_heads, degrees
+from wanscope.parallel.watch import NCCL_GRACE_S, Heartbeat
 
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -59,6 +64,8 @@ class ParallelContext:
         device: ``cuda:LOCAL_RANK`` or ``cpu``.
         timeout_s: seconds any wait may take before it fails.
         cfg_group, ulysses_group: this rank's subgroups (None where the degree is 1).
+        heartbeat: the thread that ends this rank when a peer is lost (under NCCL), stopped
+            on leaving the context.
     """
 
     mode: str
@@ -71,6 +78,7 @@ class ParallelContext:
     timeout_s: float
     cfg_group: dist.ProcessGroup | None
     ulysses_group: dist.ProcessGroup | None
+    heartbeat: Heartbeat | None = None
 
     @property
     def cfg_rank(self) -> int:
@@ -126,6 +134,8 @@ class ParallelContext:
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
         if dist.is_initialized():
             dist.destroy_process_group()
         if isinstance(exc, dist.DistError):  # e.g. an NCCL error surfacing at a later sync
@@ -148,7 +158,8 @@ def comm_options(backend: str, high_priority: bool):
 
 
 def setup_from_env(
-    mode: str, device_type: str = "cuda", timeout_s: float = DEFAULT_TIMEOUT_S, num_heads: int | None = None
+    mode: str, device_type: str = "cuda", timeout_s: float = DEFAULT_TIMEOUT_S, num_heads: int | None = None,
+    heartbeat: bool | None = None,
 ) -> ParallelContext:
     """Start the process group described by the launcher's environment (``torchrun``).
 
@@ -160,6 +171,8 @@ def setup_from_env(
         timeout_s: limit in seconds for the rendezvous and for every collective.
         num_heads: the DiT's attention heads, checked against the Ulysses degree before any
             process group starts (``check_heads``).
+        heartbeat: keep a ``watch.Heartbeat`` (default: under NCCL only; under gloo the
+            collectives themselves notice a lost peer).
 
     Raises:
         UsageError: not launched by torchrun, a world size the mode cannot use, heads that
@@ -184,7 +197,7 @@ def setup_from_env(
         backend = "nccl"
     else:
         device, backend = torch.device("cpu"), "gloo"
-    timeout = timedelta(seconds=timeout_s)
+    timeout = _comm_timeout(backend, timeout_s)
     stage = "process group setup"
     try:
         dist.init_process_group(backend, timeout=timeout, device_id=device if backend == "nccl" else None)
@@ -196,6 +209,8 @@ def setup_from_env(
             group = dist.new_group([c * ulysses_degree + u for c in range(cfg_degree)], timeout=timeout)
             if u == rank % ulysses_degree:
                 cfg_group = group
+        stage = "heartbeat setup"
+        beat = Heartbeat(rank, world_size, timeout_s) if (backend == "nccl" if heartbeat is None else heartbeat) else None
     except RuntimeError as e:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -206,8 +221,13 @@ def setup_from_env(
     return ParallelContext(
         mode=mode, rank=rank, world_size=world_size, local_rank=local_rank, cfg_degree=cfg_degree,
         ulysses_degree=ulysses_degree, device=device, timeout_s=timeout_s, cfg_group=cfg_group,
-        ulysses_group=ulysses_group,
+        ulysses_group=ulysses_group, heartbeat=beat,
     )
+
+
+def _comm_timeout(backend: str, timeout_s: float) -> timedelta:
+    """The timeout of a group: ``timeout_s``, plus ``NCCL_GRACE_S`` under NCCL (module docstring)."""
+    return timedelta(seconds=timeout_s + (NCCL_GRACE_S if backend == "nccl" else 0))
 
 
 def _new_ulysses_group(rank: int, cfg_degree: int, ulysses_degree: int, timeout: timedelta,
@@ -231,8 +251,8 @@ def with_ulysses_priority(ctx: ParallelContext, high_priority: bool) -> Parallel
         ParallelError: the new groups could not be set up.
     """
     with ctx.collective("setting up Ulysses groups"):
-        group = _new_ulysses_group(ctx.rank, ctx.cfg_degree, ctx.ulysses_degree, timedelta(seconds=ctx.timeout_s),
-                                   high_priority)
+        group = _new_ulysses_group(ctx.rank, ctx.cfg_degree, ctx.ulysses_degree,
+                                   _comm_timeout(dist.get_backend(), ctx.timeout_s), high_priority)
     return replace(ctx, ulysses_group=group)
 
 

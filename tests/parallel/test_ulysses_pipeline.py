@@ -8,15 +8,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from launch import HERE, run_ranks  # noqa: E402
-from ulysses_worker import GUIDANCE, STEPS, attention_inputs, dit_inputs  # noqa: E402
+from launch import HERE, run_ranks
+from ulysses_worker import GUIDANCE, STEPS, attention_inputs, dit_inputs
 
-from wanscope.errors import UsageError  # noqa: E402
-from wanscope.parallel.plan import head_group_sizes, parse_head_groups  # noqa: E402
-from wanscope.parallel.ulysses import shard_sizes  # noqa: E402
-from wanscope.wan.attention import attention  # noqa: E402
-from wanscope.wan.pipeline import denoise  # noqa: E402
-from wanscope.wan.sampler import FlowSampler, flow_schedule  # noqa: E402
+from wanscope.errors import UsageError
+from wanscope.parallel.plan import head_group_sizes, parse_head_groups
+from wanscope.parallel.ulysses import shard_sizes
+from wanscope.wan.attention import attention
+from wanscope.wan.pipeline import denoise
+from wanscope.wan.sampler import FlowSampler, flow_schedule
 
 
 def test_head_group_sizes():
@@ -47,7 +47,7 @@ def test_parse_head_groups():
     (3, ["1", "2"]),  # 2 heads per rank, 13 tokens -> shards of 5, 4, 4
 ])
 def test_every_grouping_gives_the_same_attention_and_latents(tmp_path, world_size, specs):
-    results = run_ranks([str(HERE / "ulysses_worker.py"), str(tmp_path), *specs], world_size, module=None,
+    results = run_ranks([str(HERE / "ulysses_worker.py"), "cpu", str(tmp_path), *specs], world_size, module=None,
                         timeout_s=180)
     for code, err in results:
         assert code == 0, err

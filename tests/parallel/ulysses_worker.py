@@ -1,7 +1,8 @@
-"""One rank of the Ulysses head-group checks on the CPU (gloo), launched per rank with the
-torchrun environment set by ``test_ulysses_pipeline.py``::
+"""One rank of the Ulysses head-group checks, launched per rank with the torchrun environment
+set by ``test_ulysses_pipeline.py`` (DEVICE ``cpu``: gloo) and ``test_nccl.py`` (``cuda``: one
+GPU per rank, NCCL)::
 
-    python ulysses_worker.py OUT_DIR SPEC [SPEC ...]
+    python ulysses_worker.py DEVICE OUT_DIR SPEC [SPEC ...]
 
 For every head-group SPEC (``plan.parse_head_groups``: ``3``, ``2+1``, ...):
 
@@ -10,6 +11,8 @@ For every head-group SPEC (``plan.parse_head_groups``: ``3``, ``2+1``, ...):
    (``{spec: [2, L_r, 6, 8]}``).
 2. 3 denoising steps of the tiny DiT with 6 heads (``SIX_HEADS``): rank 0 saves the final
    latents to ``OUT_DIR/latents.pt`` (``{spec: [1, 16, 2, 6, 8]}``).
+
+Everything is fp32 and saved on the CPU.
 """
 
 from __future__ import annotations
@@ -35,45 +38,45 @@ HEIGHT, WIDTH, FRAMES = 48, 64, 5  # latents [1, 16, 2, 6, 8]: L = 24 tokens
 B, L, N, D = 2, 13, 6, 8
 
 
-def attention_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Seeded q, k, v [B, L, N, D] fp32, equal on every rank."""
+def attention_inputs(device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Seeded q, k, v [B, L, N, D] fp32 on ``device``, equal on every rank."""
     g = torch.Generator().manual_seed(1)
-    return tuple(torch.randn(B, L, N, D, generator=g) for _ in range(3))
+    return tuple(torch.randn(B, L, N, D, generator=g).to(device) for _ in range(3))
 
 
-def dit_inputs():
-    """(dit, noise, cond, uncond) of ``SIX_HEADS`` fp32 on the CPU, seeded."""
-    cfg = SIX_HEADS
-    dit = Components(config=cfg, device=torch.device("cpu"), dtype=torch.float32).dit()
+def dit_inputs(device: str | torch.device = "cpu"):
+    """(dit, noise, cond, uncond) of ``SIX_HEADS`` fp32 on ``device``, seeded."""
+    cfg, device = SIX_HEADS, torch.device(device)
+    dit = Components(config=cfg, device=device, dtype=torch.float32).dit()
     g = torch.Generator().manual_seed(0)
-    cond = torch.randn(1, cfg.dit.text_len, cfg.dit.text_dim, generator=g)
-    uncond = torch.randn(1, cfg.dit.text_len, cfg.dit.text_dim, generator=g)
-    noise = initial_noise(latent_shape(cfg, HEIGHT, WIDTH, FRAMES), 0, torch.device("cpu"))
+    cond = torch.randn(1, cfg.dit.text_len, cfg.dit.text_dim, generator=g).to(device)
+    uncond = torch.randn(1, cfg.dit.text_len, cfg.dit.text_dim, generator=g).to(device)
+    noise = initial_noise(latent_shape(cfg, HEIGHT, WIDTH, FRAMES), 0, device)
     return dit, noise, cond, uncond
 
 
-def main(out_dir: Path, specs: list[str]) -> None:
-    with setup_from_env("ulysses", "cpu", timeout_s=60, num_heads=N) as ctx:
-        q, k, v = attention_inputs()
-        rope = torch.ones(L, 1, D // 2), torch.zeros(L, 1, D // 2)
+def main(device_type: str, out_dir: Path, specs: list[str]) -> None:
+    with setup_from_env("ulysses", device_type, timeout_s=60, num_heads=N) as ctx:
+        q, k, v = attention_inputs(ctx.device)
+        rope = torch.ones(L, 1, D // 2, device=ctx.device), torch.zeros(L, 1, D // 2, device=ctx.device)
         rows = {}
         for spec in specs:
             ulysses = Ulysses(ctx, N, parse_head_groups(spec))
             ulysses.shard(q.flatten(2), rope)  # records the token split
             start = sum(shard_sizes(L, ctx.world_size)[: ctx.rank])
             mine = slice(start, start + shard_sizes(L, ctx.world_size)[ctx.rank])
-            rows[spec] = ulysses.attention(q[:, mine], k[:, mine], v[:, mine], AttentionBackend.SDPA)
+            rows[spec] = ulysses.attention(q[:, mine], k[:, mine], v[:, mine], AttentionBackend.SDPA).cpu()
         torch.save(rows, out_dir / f"attention-rank{ctx.rank}.pt")
 
         latents = {}
         for spec in specs:
-            dit, noise, cond, uncond = dit_inputs()
+            dit, noise, cond, uncond = dit_inputs(ctx.device)
             shard_dit(ctx, dit, parse_head_groups(spec))
             sampler = FlowSampler(flow_schedule(STEPS, 5.0))
-            latents[spec] = denoise(dit, noise, cond, uncond, sampler, GUIDANCE, parallel=ctx)
+            latents[spec] = denoise(dit, noise, cond, uncond, sampler, GUIDANCE, parallel=ctx).cpu()
         if ctx.is_main:
             torch.save(latents, out_dir / "latents.pt")
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2:])
+    main(sys.argv[1], Path(sys.argv[2]), sys.argv[3:])

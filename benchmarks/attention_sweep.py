@@ -14,7 +14,10 @@ Each contender: compile/first-call wall time, then the median of ``--repeats`` (
 timed calls after ``--warmup`` more, TFLOP/s (4 B N L^2 D FLOP), ratio to cuDNN, relative L2
 error against float64 attention (``_common.attention_f64``: float64 on the GPU in query
 chunks). A contender that fails (compile error, launch error) is recorded and skipped; once
-``--budget-min`` minutes have passed the remaining configs are recorded as skipped. The 8-bit
+``--budget-min`` minutes have passed the remaining configs are recorded as skipped. The JSON is
+rewritten after every contender; a contender past ``--config-timeout-s`` (a hang) ends the run
+with exit code 3, and an error that leaves the CUDA context unusable skips the rest (rerun those
+with ``--only``), so one bad config never costs the run's earlier results. The 8-bit
 rows also give the time of their torch quantization passes alone (``quant_ms``, included in
 ``ms``).
 
@@ -34,6 +37,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -55,19 +59,20 @@ GRID = [
     ("exact", "exact", 64, 64, 4, 2, False, 0),  # 2 (80 KB)
     ("exact", "exact", 64, 128, 4, 1, False, 0),  # 2
     ("exact", "exact", 64, 64, 4, 1, False, 0),  # 4
-    ("exact", "exact", 128, 128, 4, 2, True, 0),  # 1, warp-specialized (176 KB)
-    ("exact", "exact", 128, 64, 4, 2, True, 0),  # 1, warp-specialized
-    ("exact", "exact", 128, 64, 4, 3, True, 0),  # 1, warp-specialized
     ("int8", "exact", 128, 128, 8, 2, False, 0),  # 1
     ("int8", "exact", 64, 128, 4, 2, False, 0),  # 2
     ("int8", "exact", 64, 64, 4, 2, False, 0),  # 3
-    ("int8", "exact", 128, 128, 4, 2, True, 0),  # 1, warp-specialized
-    ("int8", "exact", 128, 64, 4, 3, True, 0),  # 1, warp-specialized
     ("e4m3", "e4m3", 128, 128, 8, 2, False, 0),  # 1
     ("e4m3", "e4m3", 64, 128, 4, 2, False, 0),  # 2
     ("e4m3", "e4m3", 64, 64, 4, 2, False, 0),  # 2
-    ("e4m3", "e4m3", 128, 128, 4, 2, True, 0),  # 1, warp-specialized
-    ("e4m3", "e4m3", 128, 64, 4, 3, True, 0),  # 1, warp-specialized
+    # warp-specialized, last: new code paths in Triton, so a hang or a lost CUDA context costs least here
+    ("exact", "exact", 128, 128, 4, 2, True, 0),  # 1 (176 KB)
+    ("exact", "exact", 128, 64, 4, 2, True, 0),  # 1
+    ("exact", "exact", 128, 64, 4, 3, True, 0),  # 1
+    ("int8", "exact", 128, 128, 4, 2, True, 0),  # 1
+    ("int8", "exact", 128, 64, 4, 3, True, 0),  # 1
+    ("e4m3", "e4m3", 128, 128, 4, 2, True, 0),  # 1
+    ("e4m3", "e4m3", 128, 64, 4, 3, True, 0),  # 1
     ("e4m3", "exact", 128, 128, 4, 2, True, 0),
     ("int8", "e4m3", 128, 128, 4, 2, True, 0),
     ("exact", "e4m3", 128, 128, 4, 2, True, 0),
@@ -83,6 +88,8 @@ def _parse(argv):
     ap.add_argument("--budget-min", type=float, default=4.0, help="stop starting new configs after this")
     ap.add_argument("--only", default="", help="comma-separated row indices of GRID to run (default: all)")
     ap.add_argument("--skip-int8", action="store_true", help="skip attention_int8 (it autotunes: ~40 s)")
+    ap.add_argument("--config-timeout-s", type=float, default=150.0,
+                    help="a contender running longer is taken for a hang: results so far are written, exit 3")
     args = ap.parse_args(argv)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.smoke else 2)
     args.repeats = args.repeats if args.repeats is not None else (2 if args.smoke else 10)
@@ -124,10 +131,21 @@ def main(argv=None) -> dict:
               "shape_blnd": [b, l, n, d], "flop": flop, "torch": torch.__version__, "triton": version("triton"),
               "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "rows": []}
     t_start = time.perf_counter()
+    state = {"context_lost": None}
+
+    def hang(row):
+        row["error"] = f"timeout: still running after {args.config_timeout_s:.0f} s (a hang?)"
+        result["rows"].append(row)
+        path = write_result(args.out, "attention_sweep", result)
+        print(f"attention_sweep: {row['name']} hung; results so far in {path}", file=sys.stderr, flush=True)
+        os._exit(3)
 
     def run(name, fn, extra):
         row = {"name": name, **extra}
         print(f"... {name}", file=sys.stderr, flush=True)
+        watchdog = threading.Timer(args.config_timeout_s, hang, (row,))
+        watchdog.daemon = True
+        watchdog.start()
         try:
             t0 = time.perf_counter()
             fn()
@@ -141,8 +159,16 @@ def main(argv=None) -> dict:
         except Exception as exc:  # noqa: BLE001 - a failing contender is recorded, the sweep goes on
             traceback.print_exc()
             row["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+            if device.type == "cuda":
+                try:
+                    torch.cuda.synchronize()
+                except Exception:  # noqa: BLE001 - a sticky CUDA error: nothing later can run
+                    state["context_lost"] = name
+        finally:
+            watchdog.cancel()
         result["rows"].append(row)
-        if device.type == "cuda":
+        write_result(args.out, "attention_sweep", result)
+        if device.type == "cuda" and not state["context_lost"]:
             torch.cuda.empty_cache()
         return row
 
@@ -160,6 +186,11 @@ def main(argv=None) -> dict:
         except Exception as exc:  # noqa: BLE001 - recorded; the rows that need it show no quant_ms
             traceback.print_exc()
             quant_ms[key] = f"{type(exc).__name__}: {exc}"
+            if device.type == "cuda":
+                try:
+                    torch.cuda.synchronize()
+                except Exception:  # noqa: BLE001 - a sticky CUDA error: nothing later can run
+                    state["context_lost"] = f"quantize {key}"
     result["quant_ms"] = quant_ms
 
     only = {int(i) for i in args.only.split(",") if i}
@@ -170,6 +201,9 @@ def main(argv=None) -> dict:
         name = (f"flash[{i}] qk={qk} pv={pv} {bm}x{bn} w{warps} s{stages}" + (" ws" if ws else "")
                 + (f" maxnreg={maxnreg}" if maxnreg else ""))
         extra = {"kind": "flash", "index": i, "qk": qk, "pv": pv, "config": cfg.__dict__}
+        if state["context_lost"]:
+            result["rows"].append({"name": name, **extra, "error": f"skipped: CUDA context lost at {state['context_lost']}"})
+            continue
         if time.perf_counter() - t_start > 60 * args.budget_min:
             result["rows"].append({"name": name, **extra, "error": "skipped: time budget"})
             continue

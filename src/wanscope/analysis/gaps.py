@@ -23,9 +23,13 @@ def idle_gaps(con, scope: Scope, largest: int, min_gap_ns: int = 0) -> dict[tupl
         f"WHEN dur_ns >= {lo}" + (f" AND dur_ns < {hi}" if hi else "") + f" THEN '{label}'"
         for label, lo, hi in BINS
     )
-    base = f"""
-    {scope.ctes()},
-    {ISLANDS_SQL},
+    # The activity with its island numbers, computed once (a temporary table: the window
+    # passes are the cost); then the gaps between islands, binned and ranked.
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _grouped_activity AS {scope.ctes()}, {ISLANDS_SQL} SELECT * FROM _grouped")
+    gaps = f"""
+    WITH islands AS (
+      SELECT rank, device, island, min(start_ns) AS start_ns, max(end_ns) AS end_ns
+      FROM _grouped_activity GROUP BY ALL),
     holes AS (
       SELECT rank, device, end_ns AS start_ns,
              lead(start_ns) OVER w - end_ns AS dur_ns, lead(island) OVER w AS next_island
@@ -33,28 +37,30 @@ def idle_gaps(con, scope: Scope, largest: int, min_gap_ns: int = 0) -> dict[tupl
     gaps AS (SELECT * FROM holes WHERE next_island IS NOT NULL AND dur_ns > 0 AND dur_ns >= {int(min_gap_ns)})
     """
     out: dict[tuple, dict] = {}
-    for rank, device, label, n, total in con.execute(
-        base + f"SELECT rank, device, CASE {bins} END AS bin, count(*), sum(dur_ns) FROM gaps GROUP BY ALL"
-    ).fetchall():
-        entry = out.setdefault((rank, device), {"count": 0, "total_ns": 0,
-                                                "histogram": {b[0]: {"count": 0, "total_ns": 0} for b in BINS},
-                                                "largest": []})
-        entry["count"] += n
-        entry["total_ns"] += int(total)
-        entry["histogram"][label] = {"count": n, "total_ns": int(total)}
-    rows = con.execute(base + f"""
-        , ranked AS (SELECT *, row_number() OVER (PARTITION BY rank, device ORDER BY dur_ns DESC, start_ns) AS pos FROM gaps)
-        SELECT r.rank, r.device, r.start_ns, r.dur_ns,
-               arg_min(g.name, (g.start_ns, g.kind <> 'kernel', g.correlation)),
-               arg_min(g.kind, (g.start_ns, g.kind <> 'kernel', g.correlation)),
-               arg_min(g.correlation, (g.start_ns, g.kind <> 'kernel', g.correlation)),
-               arg_min(g.stream, (g.start_ns, g.kind <> 'kernel', g.correlation)),
-               arg_min(g.pid, (g.start_ns, g.kind <> 'kernel', g.correlation))
-        FROM ranked r JOIN _grouped g
-          ON g.rank = r.rank AND g.device = r.device AND g.island = r.next_island AND g.start_ns = r.start_ns + r.dur_ns
-        WHERE r.pos <= {int(largest)}
-        GROUP BY ALL ORDER BY r.rank, r.device, r.dur_ns DESC, r.start_ns
-    """).fetchall()
+    try:
+        for rank, device, label, n, total in con.execute(
+            gaps + f"SELECT rank, device, CASE {bins} END AS bin, count(*), sum(dur_ns) FROM gaps GROUP BY ALL"
+        ).fetchall():
+            entry = out.setdefault((rank, device), {"count": 0, "total_ns": 0,
+                                                    "histogram": {b[0]: {"count": 0, "total_ns": 0} for b in BINS},
+                                                    "largest": []})
+            entry["count"] += n
+            entry["total_ns"] += int(total)
+            entry["histogram"][label] = {"count": n, "total_ns": int(total)}
+        first = "(g.start_ns, g.kind <> 'kernel', g.correlation)"  # kernels first at equal starts
+        rows = con.execute(gaps + f"""
+            , ranked AS (
+              SELECT * FROM gaps
+              QUALIFY row_number() OVER (PARTITION BY rank, device ORDER BY dur_ns DESC, start_ns) <= {int(largest)})
+            SELECT r.rank, r.device, r.start_ns, r.dur_ns, arg_min(g.name, {first}), arg_min(g.kind, {first}),
+                   arg_min(g.correlation, {first}), arg_min(g.stream, {first}), arg_min(g.pid, {first})
+            FROM ranked r JOIN _grouped_activity g
+              ON g.rank = r.rank AND g.device = r.device AND g.island = r.next_island
+             AND g.start_ns = r.start_ns + r.dur_ns
+            GROUP BY ALL ORDER BY r.rank, r.device, r.dur_ns DESC, r.start_ns
+        """).fetchall()
+    finally:
+        con.execute("DROP TABLE IF EXISTS _grouped_activity")
     for rank, device, start, dur, name, kind, corr, stream, pid in rows:
         launch, stack = launch_stack(con, rank, pid, corr)
         out[(rank, device)]["largest"].append({

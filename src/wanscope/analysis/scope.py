@@ -14,13 +14,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wanscope.analysis.categories import sql_case
+from wanscope.analysis.categories import OTHER, sql_case
 from wanscope.errors import UsageError
 
+# A kernel's category depends on its name only: classified once per distinct name (a few
+# hundred regular-expression CASEs instead of one per launch).
 ACTIVITY_SQL = f"""
-  SELECT rank, device, stream, start_ns, end_ns, dur_ns, name, 'kernel' AS kind, correlation, pid,
-         {sql_case('name')} AS category
-  FROM kernels
+  SELECT k.rank, k.device, k.stream, k.start_ns, k.end_ns, k.dur_ns, k.name, 'kernel' AS kind,
+         k.correlation, k.pid, coalesce(c.category, '{OTHER}') AS category
+  FROM kernels k
+  LEFT JOIN (SELECT name, {sql_case('name')} AS category FROM (SELECT DISTINCT name FROM kernels)) c
+    ON c.name = k.name
   UNION ALL
   SELECT rank, device, stream, start_ns, end_ns, dur_ns, name, kind, correlation, pid,
          CASE WHEN kind = 'memcpy' THEN 'memcpy_' || coalesce(copy_kind, 'unknown') ELSE 'memset' END

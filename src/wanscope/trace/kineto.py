@@ -33,7 +33,7 @@ import orjson
 from wanscope.errors import InputError
 
 CHUNK_BYTES = 16 << 20  # bytes of events per file DuckDB parses
-STAGE_FILES = 4  # files per staging statement, parsed on parallel threads
+STAGE_FILES = 3  # files per staging statement, parsed on parallel threads
 EVENTS_KEY = b'"traceEvents"'
 _EVENTS_KEY_RE = re.compile(rb'"traceEvents"[ \t\r\n]*:')
 _BLANKS_RE = re.compile(rb"[ \t\r\n]*")
@@ -303,14 +303,15 @@ class _Layout:
         """Cut the events region into files of whole events with ``write``; yield each
         path; return the bytes after the region's ``]``."""
         buf = rest if rest.startswith(b"\n") else rest[rest.index(b"\n"):]
-        searched = 0  # the end marker is not in buf[:searched]
         eof = False
         while True:
             if not eof:
                 more = f.read(CHUNK_BYTES)
                 eof = not more
                 buf += more
-            end = buf.find(self.end, searched)
+            # The region's end follows its last event: look for it after the last event start.
+            cut = buf.rfind(self.marker)
+            end = buf.find(self.end, max(cut, 0))
             if end >= 0:
                 trailer = buf[end + len(self.end):]
                 if not eof:
@@ -321,15 +322,12 @@ class _Layout:
                 return trailer
             if eof:
                 raise _Truncated
-            searched = max(0, len(buf) - len(self.end))
-            cut = buf.rfind(self.marker)
             if cut <= 0:
                 if len(buf) > EVENT_LIMIT:
                     raise InputError(path, f"an event larger than {EVENT_LIMIT >> 20} MB: not a PyTorch profiler trace")
                 continue
             chunk = write(buf, cut)
             buf = buf[cut:]
-            searched = 0
             if chunk:
                 yield chunk
 
@@ -523,6 +521,7 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
         events[0] += con.execute("SELECT count(*) FROM _stage").fetchall()[0][0]
         _insert_stage(con, source_id, warn)
 
+    _create_buffers(con)
     try:
         with tempfile.TemporaryDirectory(prefix="wanscope-") as tmp:
             with _open(path, gz) as f:
@@ -547,6 +546,7 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
                     writer = _ChunkWriter(tmp)
                     _stream_events(f, path, writer, stage)
             meta = _header_dict(header, trailer, path)
+        _flush(con, force=True)
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise InputError(path, f"truncated or corrupt gzip ({e})") from None
     except duckdb.InvalidInputException as e:
@@ -555,6 +555,8 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
         raise InputError(path, f"cannot ingest ({str(e).splitlines()[0][:120]})") from None
     except OSError as e:
         raise InputError(path, f"cannot read: {e.strerror or e}") from None
+    finally:
+        _drop_buffers(con)
 
     if writer.undecodable:
         warn["undecodable_bytes"] = warn.get("undecodable_bytes", 0) + writer.undecodable
@@ -569,6 +571,7 @@ def _discard_source(con, rank: int) -> None:
     placeholder rank)."""
     for table in _TABLES:
         con.execute(f"DELETE FROM {table} WHERE rank = ?", [rank])
+        con.execute(f"TRUNCATE _buf_{table}")
     con.execute("DROP TABLE IF EXISTS _kineto_flows")
     con.execute("DROP TABLE IF EXISTS _stage")
 
@@ -595,27 +598,27 @@ def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
         con.execute("CREATE TEMP TABLE _kineto_flows (id VARCHAR, ph VARCHAR)")
     con.execute("INSERT INTO _kineto_flows SELECT id, ph FROM _stage WHERE dest = 'flow'")
     con.execute(f"""
-        INSERT INTO kernels
+        INSERT INTO _buf_kernels
         SELECT {rank}, device, stream, start_ns, start_ns + dur_ns, dur_ns, name, corr, NULL,
                grid, block, regs, smem
         FROM _stage WHERE dest = 'kernel'
     """)
     con.execute(f"""
-        INSERT INTO memops
+        INSERT INTO _buf_memops
         SELECT CASE WHEN cat LIKE '%memcpy' THEN 'memcpy' ELSE 'memset' END,
                CASE WHEN cat LIKE '%memcpy' THEN coalesce(regexp_extract(name, 'Memcpy (\\w+)', 1), 'unknown') END,
                bytes, name, {rank}, device, stream, start_ns, start_ns + dur_ns, dur_ns, corr, NULL
         FROM _stage WHERE dest = 'memop'
     """)
     con.execute(f"""
-        INSERT INTO api_calls
+        INSERT INTO _buf_api_calls
         SELECT CASE WHEN cat IN ('cuda_driver', 'driver') THEN 'driver' ELSE 'runtime' END,
                regexp_replace(name, '_v\\d{{4,}}$', ''), name, {rank}, pid, tid,
                start_ns, start_ns + dur_ns, dur_ns, corr
         FROM _stage WHERE dest = 'api'
     """)
     con.execute(f"""
-        INSERT INTO cpu_ops
+        INSERT INTO _buf_cpu_ops
         SELECT NULL, NULL, NULL,
                CASE WHEN cat IN ('cpu_op', 'operator') THEN 'op'
                     WHEN cat = 'python_function' THEN 'python' ELSE 'annotation' END,
@@ -623,11 +626,35 @@ def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
         FROM _stage WHERE dest = 'host'
     """)
     con.execute(f"""
-        INSERT INTO cuda_syncs
+        INSERT INTO _buf_cuda_syncs
         SELECT coalesce(arg_name, name), {rank}, device, stream, start_ns, start_ns + dur_ns, corr, NULL
         FROM _stage WHERE dest = 'sync'
     """)
     con.execute("DROP TABLE _stage")
+    _flush(con, force=False)
+
+
+# Rows wait in uncompressed temporary tables and move to the (compressed) canonical tables
+# in runs of at least this many: each INSERT into a compressed table re-compresses its last
+# partial row group, so one per batch of events cost ~10x more CPU than a few large ones.
+FLUSH_ROWS = 1 << 18
+
+
+def _create_buffers(con) -> None:
+    for table in _TABLES:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _buf_{table} AS SELECT * FROM {table} LIMIT 0")
+
+
+def _flush(con, force: bool) -> None:
+    for table in _TABLES:
+        if force or con.execute(f"SELECT count(*) FROM _buf_{table}").fetchall()[0][0] >= FLUSH_ROWS:
+            con.execute(f"INSERT INTO {table} SELECT * FROM _buf_{table}")
+            con.execute(f"TRUNCATE _buf_{table}")
+
+
+def _drop_buffers(con) -> None:
+    for table in _TABLES:
+        con.execute(f"DROP TABLE IF EXISTS _buf_{table}")
 
 
 def _has_table(con, name: str) -> bool:

@@ -1,0 +1,73 @@
+"""``link.nest`` against a direct reading of its definition: a sweep over start and end
+events per thread (ends before starts at equal times, except a zero-length range's own end,
+which follows the starts at its instant), on random ranges with ties, zero lengths,
+overlaps that do not nest, several threads and times near the int64 limit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from wanscope.trace.link import nest
+
+
+def sweep(thread, start, end):
+    """id, parent, depth by walking every thread's events in order (pure Python)."""
+    n = len(start)
+    order = sorted(range(n), key=lambda i: (thread[i], start[i], -end[i], i))
+    ids = {i: k for k, i in enumerate(order)}
+    depth, parent = [0] * n, [-1] * n
+    for t in set(thread):
+        members = [i for i in order if thread[i] == t]
+        events = []
+        for i in members:
+            events.append((start[i], 1, -end[i], ids[i], i, +1))
+            events.append((end[i], 2 if end[i] == start[i] else 0, -start[i], ids[i], i, -1))
+        level, open_at = 0, {}  # open_at[d]: the id of the last range that started at depth d
+        for _, _, _, _, i, delta in sorted(events):
+            if delta > 0:
+                d = max(level, 0)
+                depth[i] = d
+                parent[i] = open_at.get(d - 1, -1) if d > 0 else -1
+                open_at[d] = ids[i]
+            level += delta
+    return [ids[i] for i in range(n)], parent, depth
+
+
+def random_ranges(rng, n, threads, span, base=0):
+    start = rng.integers(0, span, n) + base
+    length = np.where(rng.random(n) < 0.2, 0, rng.integers(0, span // 4 + 1, n))
+    end = start + length
+    # nested families: some ranges copied inside others, some with equal starts or ends
+    for i in rng.choice(n, n // 3, replace=False):
+        j = rng.integers(0, n)
+        start[i] = start[j] + rng.integers(0, max(1, end[j] - start[j]) + 1)
+        end[i] = min(end[j], start[i] + rng.integers(0, span // 8 + 1)) if rng.random() < 0.7 else end[j]
+        end[i] = max(end[i], start[i])
+    return rng.integers(1, threads + 1, n).astype(np.int32), start.astype(np.int64), end.astype(np.int64)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_matches_the_sweep(seed):
+    rng = np.random.default_rng(seed)
+    base = (1 << 62) if seed % 4 == 3 else 0  # far apart times: the dense-rank path
+    span = [20, 1000, 10**9][seed % 3]
+    thread, start, end = random_ranges(rng, 300, 1 + seed % 4, span, base)
+    if seed % 4 == 3:
+        start[0], end[0] = 1, 2  # times spread over ~2^62: one int64 key would overflow
+    want = sweep(thread.tolist(), start.tolist(), end.tolist())
+    ids, parent, depth = nest(thread.copy(), start.copy(), end.copy())
+    assert ids.tolist() == want[0]
+    assert parent.tolist() == want[1]
+    assert depth.tolist() == want[2]
+
+
+def test_siblings_children_and_zero_length():
+    # 0: [0, 10); 1: [0, 10) inside 0; 2: [10, 20), a sibling of 0 (they touch);
+    # 4: [12, 15) inside 2; 3: [12, 12), zero-length, starts with 4 but is shorter: inside 4
+    thread = np.ones(5, np.int32)
+    start = np.array([0, 0, 10, 12, 12], np.int64)
+    end = np.array([10, 10, 20, 12, 15], np.int64)
+    ids, parent, depth = nest(thread, start, end)
+    assert depth.tolist() == [0, 1, 0, 2, 1]
+    assert parent.tolist() == [-1, ids[0], -1, ids[4], ids[2]]

@@ -57,8 +57,11 @@ def test_quantize_rows(shape, dtype, gelu):
         assert ok.float().mean() > 0.8  # e4m3 powers of two: 1 in 8 values
     elif not gelu:
         assert torch.equal(q.float(), ref_q.float())  # same IEEE scale, reciprocal and product
-    else:  # the kernel's tanh-GELU is within a few fp32 ulp of torch's: a near-tie may round apart
-        steps = (q.float() != ref_q.float())
+    else:  # against the codes of the float64 GELU rounded once to fp32: the kernel's is within
+        # 5e-6 relative, so only a near-tie may round apart (torch's own fp32 GELU is off by up
+        # to 8e-4 for x in [-4, -2]: it is no reference for the codes)
+        codes = (target.float() * (1.0 / scale)).clamp(-448.0, 448.0).to(FP8)
+        steps = q.float() != codes.float()
         assert steps.double().mean() < 1e-3, f"{int(steps.sum())} codes differ"
     err = (q.double() * scale.double() - target).abs()
     bound = torch.maximum(target.abs() * 2.0**-3, scale.double() * 2.0**-9) * ulps * (1 + 1e-6)

@@ -65,17 +65,11 @@ GRID = [
     ("e4m3", "e4m3", 128, 128, 8, 2, False, 0),  # 1
     ("e4m3", "e4m3", 64, 128, 4, 2, False, 0),  # 2
     ("e4m3", "e4m3", 64, 64, 4, 2, False, 0),  # 2
-    # warp-specialized, last: new code paths in Triton, so a hang or a lost CUDA context costs least here
+    # warp-specialized, last: new code paths in Triton, so a hang or a lost CUDA context costs least
+    # here. Exact with 2 stages only: the 2026-11-30 H200 run got NaN with 3 stages and lost the
+    # CUDA context with int8 Q K^T, and FlashConfig now refuses both (and every 8-bit mode)
     ("exact", "exact", 128, 128, 4, 2, True, 0),  # 1 (176 KB)
     ("exact", "exact", 128, 64, 4, 2, True, 0),  # 1
-    ("exact", "exact", 128, 64, 4, 3, True, 0),  # 1
-    ("int8", "exact", 128, 128, 4, 2, True, 0),  # 1
-    ("int8", "exact", 128, 64, 4, 3, True, 0),  # 1
-    ("e4m3", "e4m3", 128, 128, 4, 2, True, 0),  # 1
-    ("e4m3", "e4m3", 128, 64, 4, 3, True, 0),  # 1
-    ("e4m3", "exact", 128, 128, 4, 2, True, 0),
-    ("int8", "e4m3", 128, 128, 4, 2, True, 0),
-    ("exact", "e4m3", 128, 128, 4, 2, True, 0),
 ]
 
 

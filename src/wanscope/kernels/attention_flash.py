@@ -32,7 +32,8 @@ Precisions (``qk``, ``pv``):
 * ``qk="int8"``: the same to int8, int32 products, converted to fp32 by the magic-number trick
   (``bits(1.5 * 2^23 + x) = bits(1.5 * 2^23) + x`` for ``|x| < 2^22``; ``D <= 128`` keeps
   ``|q8 . k8| <= 128 * 127^2 < 2^21``) fused with k's scale: an integer add and one FMA per
-  score instead of a 16/clock conversion.
+  score instead of a 16/clock conversion. At D = 16 the 8-bit q and k get 16 zero columns:
+  Triton's 8-bit ``tl.dot`` needs a reduction dim of 32 or more on NVIDIA.
 * ``pv="e4m3"``: v scaled per (batch, head, channel) to e4m3 and transposed to [B, N, D, L]
   (Hopper's 8-bit wgmma reads B only K-major); p is computed as ``2^(s - m + 8)``, in [0, 256],
   so its e4m3 cast needs no multiply; each tile's product goes to a fresh fp32 accumulator
@@ -71,6 +72,9 @@ PV_MODES = ("exact", "e4m3")
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
 INT8_MAX = 127.0
+# Triton's 8-bit tl.dot needs a reduction dim K >= 32 on NVIDIA (backends/nvidia/compiler.py,
+# min_dot_size; the interpreter does not check): Q K^T's K is D, P V's is BLOCK_N
+MIN_DOT_K_8BIT = 32
 P_LOG2_OFFSET = 8.0  # e4m3 P: p = 2^(s - m + 8) in [0, 256]
 _LOG2E = 1.4426950408889634
 _MIN_AMAX = 1e-12
@@ -83,9 +87,15 @@ _P_OFFSET = tl.constexpr(P_LOG2_OFFSET)
 class FlashConfig:
     """Launch configuration of the kernel (sweep with ``benchmarks/attention_sweep.py``).
 
+    The defaults are the fastest exact config of the H200 sweep of 2026-11-30 (torch 2.11,
+    Triton 3.6.0, [1, 32760, 12, 128] bf16, ``benchmarks/results/attention_sweep-2026-11-30.json``):
+    11.89 ms, 1.047x cuDNN's 11.36 ms, at cuDNN's error (2.32e-3 relative L2 vs float64). The
+    fastest without warp specialization, 128x64 w8 s2 maxnreg=128, took 12.72 ms.
+
     Args:
         block_m: query rows per program (64 or 128 on Hopper; >= 16).
-        block_n: key tokens per tile (64 or 128; >= 16).
+        block_n: key tokens per tile (64 or 128; >= 16, >= 32 with ``pv="e4m3"``: the 8-bit
+            P V dot's reduction dim).
         num_warps: 4 (one warpgroup) or 8.
         num_stages: TMA pipeline depth of the K/V loop.
         warp_specialize: ``tl.range(warp_specialize=True)`` on the K/V loop, with device-side
@@ -93,16 +103,26 @@ class FlashConfig:
             on Hopper only with ``num_warps=4`` and ``num_stages > 1``: the CTA then runs a TMA
             producer and two 4-warp consumers of ``block_m / 2`` rows each (12 warps); other
             settings compile the same loop unspecialized (checked with ptxas for sm_90a).
+            Exact ``qk`` and ``pv`` and ``num_stages <= 2`` only (else ValueError): in the same
+            sweep 3 stages returned NaN (128x64) and int8 ``Q K^T`` (128x128, 2 stages) ended in
+            "unspecified launch failure", losing the CUDA context, so the other 8-bit
+            combinations never ran. Not bisected further (no GPU at hand); the two exact 2-stage
+            configs matched cuDNN's error.
         maxnreg: register cap per thread (0: the compiler's choice); e.g. 128 fits two
             8-warp CTAs per SM.
     """
 
     block_m: int = 128
     block_n: int = 128
-    num_warps: int = 8
+    num_warps: int = 4
     num_stages: int = 2
-    warp_specialize: bool = False
+    warp_specialize: bool = True
     maxnreg: int = 0
+
+
+# The fastest 8-bit config of the same sweep (not warp-specialized: FlashConfig says why), for
+# int8 Q K^T: 11.20 ms, 0.986x cuDNN, 9.6e-3 relative L2; e4m3 Q K^T and P V: 10.21 ms, 5.3e-2
+FLASH_8BIT = FlashConfig(block_m=64, block_n=128, num_warps=4, num_stages=2, warp_specialize=False)
 
 
 @triton.jit
@@ -117,11 +137,11 @@ def _descriptor(arg, rows, cols, row_stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.
 
 @triton.jit
 def _attend_tile(
-    acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_desc, bh, k_row, v_row, col, n0, Lk,
+    acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_desc, bh, k_row, v_row, k_col, v_col, n0, Lk,
     QK_MODE: tl.constexpr, PV_FP8: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    k = k_desc.load([k_row + n0, col])  # [BLOCK_N, D]
+    k = k_desc.load([k_row + n0, k_col])  # [BLOCK_N, DK]
     if QK_MODE == 2:
         s = tl.dot(q, k.T, out_dtype=tl.int32)
     elif DOT_F32 and QK_MODE == 0:
@@ -145,7 +165,7 @@ def _attend_tile(
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     else:
         p = tl.exp2(s * c_row[:, None] - m_new[:, None])
-        v = v_desc.load([k_row + n0, col])  # [BLOCK_N, D]
+        v = v_desc.load([k_row + n0, v_col])  # [BLOCK_N, D]
         if DOT_F32:
             acc = tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32), acc * alpha[:, None])
         else:
@@ -158,15 +178,16 @@ def _attend_tile(
 def _flash_fwd_kernel(
     q_arg, k_arg, v_arg, qs_arg, ks_arg, o_ptr, vs_ptr,
     B, Lq, Lk, N, stride_q, stride_k, stride_v, stride_o, stride_qs, stride_ks, qk_scale,
-    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, QK_MODE: tl.constexpr,
+    D: tl.constexpr, DK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, QK_MODE: tl.constexpr,
     PV_FP8: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, DOT_F32: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // N
     h = bh % N
-    q_desc = _descriptor(q_arg, B * Lq, N * D, stride_q, BLOCK_M, D)
-    k_desc = _descriptor(k_arg, B * Lk, N * D, stride_k, BLOCK_N, D)
+    # q and k rows are DK wide: D, or 32 for 8-bit q, k at D = 16 (zero columns; see _launch)
+    q_desc = _descriptor(q_arg, B * Lq, N * DK, stride_q, BLOCK_M, DK)
+    k_desc = _descriptor(k_arg, B * Lk, N * DK, stride_k, BLOCK_N, DK)
     if PV_FP8:
         v_desc = _descriptor(v_arg, B * N * D, Lk, stride_v, D, BLOCK_N)  # v^T [B*N*D, Lk]
     else:
@@ -174,7 +195,7 @@ def _flash_fwd_kernel(
 
     m0 = pid_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)
-    q = q_desc.load([b * Lq + m0, h * D])  # [BLOCK_M, D]; rows past Lq are never stored
+    q = q_desc.load([b * Lq + m0, h * DK])  # [BLOCK_M, DK]; rows past Lq are never stored
     if QK_MODE == 0:
         c_row = tl.full([BLOCK_M], qk_scale, tl.float32)
         ks_desc = ks_arg  # unused
@@ -188,19 +209,20 @@ def _flash_fwd_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     k_row = b * Lk
     v_row = bh * D
-    col = h * D
+    k_col = h * DK
+    v_col = h * D
     if WARP_SPECIALIZE:  # one loop, every tile masked: Hopper's warp specialization refuses a branch after it
         for n0 in tl.range(0, Lk, BLOCK_N, warp_specialize=True):
-            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_desc, bh, k_row, v_row, col, n0,
-                                         Lk, QK_MODE, PV_FP8, True, DOT_F32, BLOCK_N)
+            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_desc, bh, k_row, v_row, k_col,
+                                         v_col, n0, Lk, QK_MODE, PV_FP8, True, DOT_F32, BLOCK_N)
     else:  # full tiles unmasked, then the partial one
         n_full = (Lk // BLOCK_N) * BLOCK_N
         for n0 in tl.range(0, n_full, BLOCK_N):
-            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_desc, bh, k_row, v_row, col, n0,
-                                         Lk, QK_MODE, PV_FP8, False, DOT_F32, BLOCK_N)
+            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_desc, bh, k_row, v_row, k_col,
+                                         v_col, n0, Lk, QK_MODE, PV_FP8, False, DOT_F32, BLOCK_N)
         if n_full < Lk:
-            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_desc, bh, k_row, v_row, col,
-                                         n_full, Lk, QK_MODE, PV_FP8, True, DOT_F32, BLOCK_N)
+            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_desc, bh, k_row, v_row, k_col,
+                                         v_col, n_full, Lk, QK_MODE, PV_FP8, True, DOT_F32, BLOCK_N)
 
     out = acc * (1.0 / l_i)[:, None]
     offs_d = tl.arange(0, D)
@@ -344,6 +366,11 @@ def _token_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
     return x, row
 
 
+def _pad_head_dim(x8: torch.Tensor, dk: int) -> torch.Tensor:
+    """8-bit [B, L, N, D] -> [B, L, N, dk], the columns past D zero."""
+    out = x8.new_zeros((*x8.shape[:3], dk))
+    out[..., : x8.shape[3]] = x8
+    return out
 
 
 def _alloc(size: int, alignment: int, stream):
@@ -358,11 +385,15 @@ def _launch(q, k, v, qk, pv, cfg: FlashConfig):
     unused = torch.empty(4, device=q.device)
     qs = ks = unused
     stride_qs = stride_ks = 4
+    dk = d
     if qk == "exact":
         (q_in, stride_q), (k_in, stride_k) = _token_rows(q), _token_rows(k)
     else:
         q_in, qs, k_in, ks = quantize_qk(q, k, qk)
-        stride_q = stride_k = n * d
+        if d < MIN_DOT_K_8BIT:  # zero columns add nothing to q . k
+            dk = MIN_DOT_K_8BIT
+            q_in, k_in = _pad_head_dim(q_in, dk), _pad_head_dim(k_in, dk)
+        stride_q = stride_k = n * dk
         stride_qs, stride_ks = qs.stride(1), ks.stride(1)
     if pv == "e4m3":
         v_in, vs = quantize_v(v)
@@ -377,8 +408,8 @@ def _launch(q, k, v, qk, pv, cfg: FlashConfig):
     else:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        args = (TensorDescriptor(q_in, [b * lq, n * d], [stride_q, 1], [cfg.block_m, d]),
-                TensorDescriptor(k_in, [b * lk, n * d], [stride_k, 1], [cfg.block_n, d]),
+        args = (TensorDescriptor(q_in, [b * lq, n * dk], [stride_q, 1], [cfg.block_m, dk]),
+                TensorDescriptor(k_in, [b * lk, n * dk], [stride_k, 1], [cfg.block_n, dk]),
                 TensorDescriptor(v_in, v_shape, [stride_v, 1], v_block),
                 TensorDescriptor(qs, [b * n, lq], [stride_qs, 1], [1, cfg.block_m]) if qk != "exact" else qs,
                 TensorDescriptor(ks, [b * n, lk], [stride_ks, 1], [1, cfg.block_n]) if qk != "exact" else ks)
@@ -386,7 +417,7 @@ def _launch(q, k, v, qk, pv, cfg: FlashConfig):
     grid = (triton.cdiv(lq, cfg.block_m), b * n)
     _flash_fwd_kernel[grid](
         *args, out, vs, b, lq, lk, n, stride_q, stride_k, stride_v, out.stride(1), stride_qs, stride_ks, qk_scale,
-        D=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, QK_MODE=QK_MODES.index(qk), PV_FP8=pv == "e4m3",
+        D=d, DK=dk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, QK_MODE=QK_MODES.index(qk), PV_FP8=pv == "e4m3",
         WARP_SPECIALIZE=cfg.warp_specialize, DOT_F32=INTERPRET,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra)
     return out
@@ -421,6 +452,20 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk: str = "exac
     return o.transpose(1, 2).to(q.dtype)
 
 
+def _check_config(c: FlashConfig, qk: str, pv: str) -> None:
+    """Raise ValueError for a config the kernel does not take (see ``FlashConfig``)."""
+    if min(c.block_m, c.block_n) < 16 or c.num_warps not in (4, 8) or c.num_stages < 1:
+        raise ValueError(f"unsupported config {c}")
+    if pv == "e4m3" and c.block_n < MIN_DOT_K_8BIT:
+        raise ValueError(f"config {c}: pv='e4m3' needs block_n >= {MIN_DOT_K_8BIT} (the 8-bit P V dot's K)")
+    if c.warp_specialize and (qk != "exact" or pv != "exact"):
+        raise ValueError(f"config {c}: warp_specialize takes qk='exact' and pv='exact' only, got qk={qk!r}, "
+                         f"pv={pv!r} (int8 Q K^T lost the CUDA context on an H200, Triton 3.6)")
+    if c.warp_specialize and c.num_stages > 2:
+        raise ValueError(f"config {c}: warp_specialize takes num_stages <= 2 (3 stages returned NaN on an "
+                         "H200, Triton 3.6)")
+
+
 @torch.library.custom_op("wanscope::attention_flash", mutates_args=())
 def _attention_flash_op(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk: str, pv: str, block_m: int, block_n: int,
@@ -439,7 +484,7 @@ def _(q, k, v, qk, pv, block_m, block_n, num_warps, num_stages, warp_specialize,
 
 def attention_flash(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk: str = "exact", pv: str = "exact",
-    config: FlashConfig = FlashConfig(),
+    config: FlashConfig | None = None,
 ) -> torch.Tensor:
     """Softmax attention without mask, scale ``1/sqrt(D)``: see the module docstring.
 
@@ -450,13 +495,14 @@ def attention_flash(
             fused projection; other strides are copied contiguous. D in {16, 32, 64, 128}; Lk >= 1.
         qk: precision of ``Q K^T``: ``"exact"`` (input dtype), ``"e4m3"`` or ``"int8"``.
         pv: precision of ``P V``: ``"exact"`` (input dtype) or ``"e4m3"``.
-        config: tiles, warps and stages of the Triton kernel.
+        config: tiles, warps and stages of the Triton kernel; None: ``FlashConfig()`` for exact
+            ``qk`` and ``pv``, ``FLASH_8BIT`` otherwise (the fastest of the H200 sweep for each).
 
     Returns:
         [B, Lq, N, D] contiguous, dtype of q.
 
     Raises:
-        ValueError: shapes, dtypes, modes or a config outside the above.
+        ValueError: shapes, dtypes, modes or a config outside the above (``FlashConfig``).
     """
     if q.ndim != 4 or k.shape != v.shape or k.ndim != 4 or (q.shape[0], q.shape[2:]) != (k.shape[0], k.shape[2:]):
         raise ValueError(f"q [B, Lq, N, D] and k, v [B, Lk, N, D] expected, got {tuple(q.shape)}, "
@@ -471,8 +517,7 @@ def attention_flash(
         raise ValueError(f"qk must be one of {QK_MODES} and pv one of {PV_MODES}, got {qk!r}, {pv!r}")
     if use_triton(q) and q.dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(f"the Triton kernel takes bf16 or fp16, got {q.dtype}")
-    c = config
-    if min(c.block_m, c.block_n) < 16 or c.num_warps not in (4, 8) or c.num_stages < 1:
-        raise ValueError(f"unsupported config {c}")
+    c = config or (FlashConfig() if qk == pv == "exact" else FLASH_8BIT)
+    _check_config(c, qk, pv)
     return torch.ops.wanscope.attention_flash(q, k, v, qk, pv, c.block_m, c.block_n, c.num_warps, c.num_stages,
                                               c.warp_specialize, c.maxnreg)

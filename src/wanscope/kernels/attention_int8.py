@@ -109,7 +109,17 @@ def _configs():
     ]
 
 
-@triton.autotune(configs=_configs(), key=["L", "BLOCK_D", "FP8_PV"])
+def _prune_tall_tiles(configs, named_args, **kwargs):
+    """Configs whose BLOCK_M exceeds L rounded up to a power of two only add masked rows: dropped
+    (the shortest kept if none fits). Short sequences then compile and time one config, not five
+    (a new L tunes anew: each test shape did)."""
+    rows = triton.next_power_of_2(named_args["L"])
+    fit = [c for c in configs if c.kwargs["BLOCK_M"] <= rows]
+    return fit or [min(configs, key=lambda c: (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]))]
+
+
+@triton.autotune(configs=_configs(), key=["L", "BLOCK_D", "FP8_PV"],
+                 prune_configs_by={"early_config_prune": _prune_tall_tiles})
 @triton.jit
 def _attention_int8_kernel(
     q_ptr, qs_ptr, k_ptr, ks_ptr, v_ptr, vs_ptr, o_ptr, L, N, D,

@@ -2,15 +2,17 @@
 
 A large trace is never held as one Python object tree. torch.profiler writes every event
 as a block of lines at fixed indentation (``  {`` ... ``  },``, inner lines indented by
-four or more spaces). JSON never holds a raw newline inside a string, so collapsing each
-"newline + four spaces" and "newline + two spaces + ``}``" onto one line turns the events
-region into newline-delimited JSON with byte-level ``bytes.replace`` calls, chunk by
-chunk; DuckDB's NDJSON reader then parses each chunk into a staging table. Files with
-one event per line take the same path without the collapse. Any other layout (minified,
-other producers) goes through ijson's streaming parser into the same NDJSON form.
+four or more spaces); re-written traces often hold one event per line. JSON never holds a
+raw newline inside a string, so "newline + the events' indentation + ``{``" always starts
+an event: the events region is cut there, without parsing, into files of whole events
+wrapped as JSON arrays (``_Layout``, ``_ChunkWriter``), and DuckDB's JSON reader parses
+several such files per statement on parallel threads (``_STAGE_SQL``) while the next ones
+are cut. Any other layout (minified, other producers), or a run DuckDB cannot parse, goes
+through ijson's streaming parser into the same files.
 
 Times: ``start_ns = round(ts * 1000)`` and ``dur_ns = round(dur * 1000)`` computed on the
-decimal text (parsed to DECIMAL(35, 3), which rounds half away from zero as round() does), ``end_ns = start_ns + dur_ns`` (DESIGN.md).
+decimal text (parsed to DECIMAL(35, 3), which rounds half away from zero as round()
+does), ``end_ns = start_ns + dur_ns`` (DESIGN.md).
 """
 
 from __future__ import annotations

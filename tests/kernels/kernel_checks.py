@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import torch
 
+# Where the kernel tests put their tensors: the GPU when there is one (CPU tensors there would
+# run only the torch references), else the CPU, where the conftest turns on the interpreter.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+ON_GPU = DEVICE == "cuda"
+
 
 def _interpreting() -> bool:
     from wanscope.kernels._dispatch import INTERPRET

@@ -23,7 +23,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_checks import err_stats
+from kernel_checks import DEVICE, ON_GPU, err_stats
 
 from wanscope.kernels import _dispatch
 from wanscope.kernels.attention_flash import (
@@ -35,8 +35,6 @@ from wanscope.kernels.attention_flash import (
     reference,
 )
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: the interpreter (conftest)
-ON_GPU = DEVICE == "cuda"
 INTERPRETING = _dispatch.INTERPRET  # before any test switches it off
 BF16, FP16 = torch.bfloat16, torch.float16
 # (B, Lq, Lk, N, D)

@@ -1,10 +1,14 @@
-"""The DiT on fused kernels against its torch reference path, same weights and inputs."""
+"""The DiT on fused kernels against its torch reference path, same weights and inputs: on the
+GPU when there is one (``kernel_checks.DEVICE``; on CPU tensors the kernels would run their torch
+references, comparing the reference with itself), else on the CPU under the interpreter."""
 
 from __future__ import annotations
 
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from kernel_checks import DEVICE, ON_GPU  # noqa: E402
 
 from wanscope.errors import UsageError  # noqa: E402
 from wanscope.wan.config import get_preset  # noqa: E402
@@ -15,7 +19,7 @@ def rel_l2(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
-def make(device="cpu", fp32_residual=True):
+def make(device=DEVICE, fp32_residual=True):
     torch.manual_seed(0)
     cfg = get_preset("tiny", fp32_residual=fp32_residual).dit
     model = WanDiT(cfg).init_weights().eval().requires_grad_(False).to(device)
@@ -30,6 +34,9 @@ def make(device="cpu", fp32_residual=True):
 
 
 def test_fp32_matches_torch_path():
+    """fp32: the same math up to rounding order (<= 1e-6). On the GPU the FFN's GELU is
+    cuBLASLt's epilogue (4.8e-6 absolute from torch's tanh-GELU, ``test_cuda_gelu_epilogue_is_tanh``)
+    and q/k/v one GEMM: 1e-5 there."""
     model, inputs = make()
     with torch.no_grad():
         ref = model(*inputs)
@@ -38,7 +45,7 @@ def test_fp32_matches_torch_path():
     assert model.kernels is Kernels.TRITON
     err = rel_l2(out, ref)
     print(f"fp32 triton vs torch rel L2 {err:.2e}")
-    assert err <= 1e-6, err
+    assert err <= (1e-5 if ON_GPU else 1e-6), err
 
 
 def test_state_dict_unchanged_and_weights_shared():
@@ -86,18 +93,6 @@ def test_compiled_blocks_match_eager():
             block.compile(fullgraph=True)
         compiled = model(*inputs)
     assert rel_l2(compiled, eager) <= 1e-6
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_bf16_matches_torch_path():
-    model, inputs = make("cuda")
-    with torch.no_grad():
-        ref = model(*inputs)
-        model.set_dtype(torch.bfloat16)
-        torch_err = rel_l2(model(*inputs), ref)
-        model.kernels = "triton"
-        fused_err = rel_l2(model(*inputs), ref)
-    assert fused_err <= 1.1 * torch_err, (fused_err, torch_err)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

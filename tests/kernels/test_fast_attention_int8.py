@@ -20,17 +20,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wanscope.kernels import _dispatch  # noqa: E402
+from kernel_checks import DEVICE, ON_GPU  # noqa: E402
 
+from wanscope.kernels import _dispatch  # noqa: E402
 from wanscope.kernels.attention_int8 import attention_int8, quantize_qk, reference  # noqa: E402
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 BF16, FP16 = torch.bfloat16, torch.float16
 # (B, L, N, D)
 SHAPES = [(1, 37, 2, 32), (2, 5, 3, 16), (1, 17, 1, 64), (1, 1, 1, 16), (1, 48, 2, 128)]
 # the CPU (interpreter) runs the whole grid; the GPU, where each case compiles and tunes its
 # kernel, every shape and D once, both P V precisions and dtypes, and D = 128 in all four
-if DEVICE == "cuda":
+if ON_GPU:
     CASES = [(SHAPES[0], BF16, True), (SHAPES[1], FP16, False), (SHAPES[2], BF16, False), (SHAPES[3], FP16, True)]
     CASES += [(SHAPES[4], dtype, pv_fp8) for dtype in (BF16, FP16) for pv_fp8 in (True, False)]
 else:

@@ -17,13 +17,19 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wanscope.kernels import _dispatch  # noqa: E402
+from kernel_checks import DEVICE, ON_GPU  # noqa: E402
 
+from wanscope.kernels import _dispatch  # noqa: E402
 from wanscope.kernels.fp8_linear import FP8, FP8Linear, quantize_fp8_rows, reference  # noqa: E402
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # (M, K): one element, odd sizes, K across the kernel's 2048-column chunk
 SHAPES = [(1, 1), (37, 300), (5, 2049), (3, 17)]
+DTYPES = [torch.float32, torch.bfloat16]
+# the GPU (a compile per case) runs each shape with and without GELU, the dtypes taking turns
+if ON_GPU:
+    CASES = [(shape, DTYPES[(i + gelu) % 2], gelu) for i, shape in enumerate(SHAPES) for gelu in (False, True)]
+else:
+    CASES = [(shape, dtype, gelu) for shape in SHAPES for dtype in DTYPES for gelu in (False, True)]
 
 
 def _f64(x, gelu):
@@ -37,9 +43,8 @@ def _carries(ref_q: torch.Tensor) -> torch.Tensor:
     return (v > 0) & (torch.frexp(v).mantissa == 0.5)
 
 
-@pytest.mark.parametrize("gelu", [False, True], ids=["plain", "gelu"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("shape, dtype, gelu", CASES, ids=[
+    f"{c[0]}-{str(c[1])[6:]}-{'gelu' if c[2] else 'plain'}" for c in CASES])
 def test_quantize_rows(shape, dtype, gelu):
     g = torch.Generator().manual_seed(sum(shape))
     x = (torch.randn(shape, generator=g) * 3).to(DEVICE, dtype)

@@ -1,5 +1,10 @@
 """wanscope::norm_modulate / add_norm_modulate / gated_add against a float64 formula, over
-dtypes and awkward shapes (C not a power of two, below and above the block, B > 1)."""
+dtypes and awkward shapes (C not a power of two, below and above the block, B > 1).
+
+Tensors live on the GPU when there is one (``kernel_checks.DEVICE``: the Triton kernels there;
+CPU tensors would run only the torch reference), else on the CPU under the interpreter. The
+GPU, where each case compiles its own kernel, runs each variant in both dtypes, the shapes
+taking turns; the interpreter runs the whole grid."""
 
 from __future__ import annotations
 
@@ -7,12 +12,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_checks import assert_close_to_f64  # noqa: E402
+from kernel_checks import DEVICE, ON_GPU, assert_close_to_f64  # noqa: E402
 
 from wanscope.kernels import gated_add, norm_modulate  # noqa: E402
 from wanscope.kernels.norm_modulate import reference  # noqa: E402
 
 SHAPES = [(1, 1, 1), (2, 7, 33), (1, 5, 130), (3, 4, 257)]
+DTYPES = [torch.float32, torch.bfloat16]
 # (residual, gate, affine, modulation): the four uses in a DiT block
 VARIANTS = {
     "norm1+mod": (False, False, False, True),
@@ -20,6 +26,17 @@ VARIANTS = {
     "add+norm2+mod": (True, False, False, True),
     "all": (True, True, True, True),
 }
+if ON_GPU:
+    CASES = [(SHAPES[(2 * i + j) % 4], dtype, variant) for i, variant in enumerate(VARIANTS)
+             for j, dtype in enumerate(DTYPES)]
+    ADD_CASES = [(shape, DTYPES[i % 2]) for i, shape in enumerate(SHAPES)]
+else:
+    CASES = [(shape, dtype, variant) for shape in SHAPES for dtype in DTYPES for variant in VARIANTS]
+    ADD_CASES = [(shape, dtype) for shape in SHAPES for dtype in DTYPES]
+
+
+def _id(case):
+    return "-".join(str(c)[6:] if isinstance(c, torch.dtype) else str(c) for c in case)
 
 
 def make(shape, dtype, seed):
@@ -27,7 +44,7 @@ def make(shape, dtype, seed):
     b, l, c = shape
 
     def rnd(*s, dt=torch.float32, mean=0.0):
-        return (torch.randn(*s, generator=g, dtype=torch.float64) + mean).to(dt)
+        return (torch.randn(*s, generator=g, dtype=torch.float64) + mean).to(DEVICE, dt)
 
     # an offset mean checks the centring; gate etc. are fp32 as in the model, and strided as
     # the unbind of the [B, 6, C] modulation table makes them
@@ -65,9 +82,7 @@ def lowp(x, y=None, gate=None, weight=None, bias=None, shift=None, scale=None, e
     return h
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("shape, dtype, variant", CASES, ids=map(_id, CASES))
 def test_matches_float64(shape, dtype, variant):
     has_y, has_gate, affine, mod = VARIANTS[variant]
     t = make(shape, dtype, seed=sum(shape))
@@ -93,8 +108,7 @@ def test_matches_float64(shape, dtype, variant):
         assert diff.max().item() <= tol, f"max {diff.max().item():.3e} mean {diff.mean().item():.3e} tol {tol:.3e}"
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("shape, dtype", ADD_CASES, ids=map(_id, ADD_CASES))
 def test_gated_add(shape, dtype):
     t = make(shape, dtype, seed=7 + sum(shape))
     out = gated_add(t["x"], t["y"], t["gate"])
@@ -119,13 +133,13 @@ def test_fp32_residual_bf16_output_like_the_model():
 
 
 def test_bad_shapes_raise():
-    x = torch.randn(1, 4, 8)
+    x = torch.randn(1, 4, 8, device=DEVICE)
     if not x.is_cuda and not __import__("wanscope.kernels._dispatch", fromlist=["x"]).INTERPRET:
         pytest.skip("shape checks live in the Triton launcher")
     with pytest.raises(ValueError, match="contiguous"):
         norm_modulate(x.transpose(1, 2).contiguous().transpose(1, 2))
     with pytest.raises(ValueError, match="shift"):
-        norm_modulate(x, shift=torch.randn(1, 7), scale=torch.randn(1, 7))
+        norm_modulate(x, shift=torch.randn(1, 7, device=DEVICE), scale=torch.randn(1, 7, device=DEVICE))
 
 
 def test_opcheck():

@@ -1,5 +1,9 @@
 """wanscope::rms_norm_rope against a float64 formula, over dtypes, awkward shapes, with and
-without RoPE, on contiguous rows and on the q/k column slices of a fused QKV output."""
+without RoPE, on contiguous rows and on the q/k column slices of a fused QKV output.
+
+Tensors live on the GPU when there is one (``kernel_checks.DEVICE``: the Triton kernel there),
+else on the CPU under the interpreter. The GPU runs each (dtype, RoPE, layout) once, the shapes
+taking turns; the interpreter runs the whole grid."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_checks import assert_close_to_f64  # noqa: E402
+from kernel_checks import DEVICE, ON_GPU, assert_close_to_f64  # noqa: E402
 
 from wanscope.kernels import rms_norm_rope  # noqa: E402
 from wanscope.wan.config import DiTConfig  # noqa: E402
@@ -15,6 +19,12 @@ from wanscope.wan.dit import apply_rope, rope_tables  # noqa: E402
 
 # (B, L, N, D): one head of 2, odd head counts, D not a power of two, L not a grid product
 SHAPES = [(1, 1, 1, 2), (2, 7, 3, 10), (1, 5, 2, 34), (2, 13, 5, 12)]
+_FLAGS = [(dtype, rope, fused) for dtype in (torch.float32, torch.bfloat16) for rope in (True, False)
+          for fused in (False, True)]
+if ON_GPU:
+    CASES = [(SHAPES[i % 4], *flags) for i, flags in enumerate(_FLAGS)]
+else:
+    CASES = [(shape, *flags) for shape in SHAPES for flags in _FLAGS]
 
 
 def inputs(b, l, n, d, dtype, seed, fused=False):
@@ -26,7 +36,8 @@ def inputs(b, l, n, d, dtype, seed, fused=False):
         x = (torch.randn(b, l, c, generator=g) * 3).to(dtype)
     weight = torch.rand(c, generator=g) + 0.5
     angles = torch.rand(l, 1, d // 2, generator=g, dtype=torch.float64) * 40
-    return x, weight, (torch.cos(angles).float(), torch.sin(angles).float())
+    rope = (torch.cos(angles).float().to(DEVICE), torch.sin(angles).float().to(DEVICE))
+    return x.to(DEVICE), weight.to(DEVICE), rope
 
 
 def f64(x, weight, rope, n, eps=1e-6):
@@ -45,10 +56,8 @@ def torch_lowp(x, weight, rope, n, eps=1e-6):
     return u if rope is None else apply_rope(u, *rope)
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["rows", "qkv-slice"])
-@pytest.mark.parametrize("with_rope", [True, False], ids=["rope", "norm-only"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("shape, dtype, with_rope, fused", CASES, ids=[
+    f"{c[0]}-{str(c[1])[6:]}-{'rope' if c[2] else 'norm-only'}-{'qkv-slice' if c[3] else 'rows'}" for c in CASES])
 def test_matches_float64(shape, dtype, with_rope, fused):
     b, l, n, d = shape
     x, weight, rope = inputs(*shape, dtype, seed=sum(shape), fused=fused)
@@ -62,9 +71,9 @@ def test_matches_float64(shape, dtype, with_rope, fused):
 def test_with_the_model_rope_tables():
     """The model's own tables: grid (3, 4, 6), head dim 32 split 12/10/10, fp32 like the reference path."""
     cfg = DiTConfig(dim=64, num_heads=2)
-    cos, sin = rope_tables(cfg, (3, 4, 6), torch.device("cpu"))
-    x = torch.randn(2, 72, 64)
-    weight = torch.rand(64) + 0.5
+    cos, sin = rope_tables(cfg, (3, 4, 6), torch.device(DEVICE))
+    x = torch.randn(2, 72, 64, device=DEVICE)
+    weight = torch.rand(64, device=DEVICE) + 0.5
     out = rms_norm_rope(x, weight, (cos, sin), 2, cfg.eps)
     ref = torch_lowp(x, weight, (cos, sin), 2, cfg.eps)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)

@@ -64,7 +64,8 @@ def _id(x):
 # Every first call compiles (~0.5 s each on the GPU): the CPU runs the whole grid through the
 # interpreter, the GPU one case per code path (each shape, D and mode, both dtypes, both loops).
 if ON_GPU:
-    EXACT_CASES = [_param(shape, (BF16, FP16)[i % 2], (GPU_TILES, FlashConfig())[i % 2]) for i, shape in enumerate(SHAPES)]
+    EXACT_CASES = [_param(shape, (BF16, FP16)[i % 2], (GPU_TILES, FlashConfig())[i % 2])
+                   for i, shape in enumerate(SHAPES)]
     EXACT_CASES.append(_param(SHAPES[4], FP16, FlashConfig()))
     FAST_CASES = [_param(SHAPES[2], BF16, ("int8", "exact")), _param(SHAPES[4], FP16, ("int8", "exact")),
                   _param(SHAPES[0], FP16, ("e4m3", "exact")), _param(SHAPES[2], BF16, ("e4m3", "exact")),

@@ -105,7 +105,8 @@ def test_spec_parses_groups_flags_and_round_trips():
     assert FastConfig.parse(cfg.spec()) == cfg and FastConfig.parse("") == FastConfig()
     assert FastConfig.parse("linears=none exact_blocks=none") == FastConfig(linears=())
     assert FastConfig.parse("linears=all,o").linears == LINEARS
-    assert FastConfig().spec() == "linears=qkv,ffn_up int8_attention=false pv_fp8=true exact_blocks=none fast_accum=false"
+    assert FastConfig().spec() == ("linears=qkv,ffn_up int8_attention=false pv_fp8=true exact_blocks=none "
+                                   "fast_accum=false")
 
 
 @pytest.mark.parametrize("spec, message", [

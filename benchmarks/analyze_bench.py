@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -92,6 +93,7 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=50)
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--skip-hta", action="store_true")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each wanscope command (median wall, max RSS)")
     args = ap.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="wanscope-bench-"))
     (work / "native").mkdir(parents=True, exist_ok=True)
@@ -102,12 +104,15 @@ def main() -> None:
           f"in {time.perf_counter() - t0:.1f} s under {work}", flush=True)
     results = {}
     wanscope = [sys.executable, "-m", "wanscope", "analyze", "--format", "json"]
-    results["wanscope_native"] = measure(wanscope + [str(native)])
-    results["wanscope_lines"] = measure(wanscope + [str(lines)])
+    for name, path in (("wanscope_native", native), ("wanscope_lines", lines)):
+        runs = [measure(wanscope + [str(path)]) for _ in range(args.repeats)]
+        results[name] = {"wall_s": statistics.median(r["wall_s"] for r in runs),
+                         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+                         "walls_s": [r["wall_s"] for r in runs]}
     if not args.skip_hta:
         results["hta_native"] = measure([sys.executable, "-c", HTA_SCRIPT, str(native.parent)])
     for name, r in results.items():
-        print(f"{name:18s} wall {r['wall_s']:7.2f} s   peak RSS {r['peak_rss_mb']:8.1f} MB")
+        print(f"{name:18s} wall {r['wall_s']:7.2f} s   peak RSS {r['peak_rss_mb']:8.1f} MB   runs {r.get('walls_s', [r['wall_s']])}")
     summary = {
         "file_mb": round(size / 1e6, 1), "copies": args.copies, "cpus": os.cpu_count(),
         "python": platform.python_version(),

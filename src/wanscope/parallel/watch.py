@@ -10,8 +10,9 @@ other launchers may not at all. So each rank of an NCCL run also keeps a heartbe
 thread that joins a 4-byte all-reduce of a separate gloo group every ``HEARTBEAT_S`` seconds.
 A peer that dies resets the gloo connections (the all-reduce fails within a second); one that
 stops answering (stopped, deadlocked) lets it time out after ``timeout_s``. Either way the
-thread prints one line and ends the process with ``os._exit(2)``: the main thread may be
-blocked in CUDA and never see an exception.
+thread prints one line (on a line of its own, after rank 0's progress bar) and ends the
+process with ``os._exit(2)``: the main thread may be blocked in CUDA and never see an
+exception.
 
 A rank leaving normally (rank 1 after its last collective while rank 0 still decodes the
 video) says so in its last beat: the all-reduce carries a leaving flag, and every rank stops
@@ -86,5 +87,8 @@ class Heartbeat:
 def _exit_with(line: str) -> None:
     from wanscope.cli import _one_line
 
-    print(f"wanscope: error: {_one_line(line)}", file=sys.stderr, flush=True)
+    # The line starts with "\n": rank 0's progress bar (tqdm, redrawn with "\r") leaves the
+    # cursor at the end of its last update, and the main thread that would close the bar is
+    # blocked in CUDA or is never returned to. Without it the error continues the bar's line.
+    print(f"\nwanscope: error: {_one_line(line)}", file=sys.stderr, flush=True)
     os._exit(2)

@@ -77,6 +77,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))  # run from a plain checkout: no install of wanscope needed
 
 GIB = 2**30
+STEP_RANGE = "wanscope/bench/profiled_step"  # the profiled step's host range (profile_step)
 # per-step speedup over one GPU that issues 10 (2 GPUs) and 11 (4 and 8 GPUs) ask of ours
 GOALS = {2: 1.9, 4: 3.4, 8: 6.0}
 
@@ -213,14 +214,21 @@ def _union_ns(intervals: list[tuple[int, int]]) -> int:
 def exposed_communication(trace: Path) -> dict:
     """Communication in one profiled step, from the kernels of a Kineto trace (times in ms).
 
-    ``*_ms``: summed kernel time; ``exposed_*_ms``: time in which those kernels ran and no
-    compute kernel did (|X u compute| - |compute|, compute = every non-NCCL kernel; memory
-    operations are neither, as in ``wanscope.analysis.ranks``); for the all-to-alls (NCCL's
-    ``SendRecv``/``AllToAll`` kernels) and for all NCCL kernels. None without GPU kernels.
+    The step is the kernels that start after the host entered the ``STEP_RANGE`` range (all of
+    them in a trace without it): not the barrier before it, whose NCCL kernel spins while the
+    other rank is still starting its profiler. ``*_ms``: summed kernel time;
+    ``exposed_*_ms``: time in which those kernels ran and no compute kernel did
+    (|X u compute| - |compute|, compute = every non-NCCL kernel; memory operations are
+    neither, as in ``wanscope.analysis.ranks``); for the all-to-alls (NCCL's
+    ``SendRecv``/``AllToAll`` kernels) and for all NCCL kernels. An NCCL kernel that waits for
+    a late peer counts as exposed for the time it waits. ``{"kernels": 0}`` without GPU kernels.
     """
     events = json.loads(trace.read_text())["traceEvents"]
+    starts = [float(e["ts"]) for e in events if e.get("ph") == "X" and e.get("name") == STEP_RANGE]
+    since_ns = round(min(starts) * 1000) if starts else None
     kernels = [(round(float(e["ts"]) * 1000), round(float(e["dur"]) * 1000), e["name"].lower())
                for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    kernels = [k for k in kernels if since_ns is None or k[0] >= since_ns]
     if not kernels:
         return {"kernels": 0}
     span = [(s, s + d) for s, d, _ in kernels]
@@ -300,18 +308,25 @@ def profile_step(args, dit, noise, cond, uncond, schedule, cfg, ctx, label) -> l
     it, in rank order."""
     import torch
     import torch.distributed as dist
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     from wanscope.wan.pipeline import denoise
     from wanscope.wan.sampler import FlowSampler
 
     cuda = ctx.device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    if cuda:
-        torch.cuda.synchronize()
-    dist.barrier()
     with profile(activities=activities) as prof:
-        denoise(dit, noise, cond, uncond, FlowSampler(schedule), cfg.sampling.guidance, stop=1, parallel=ctx)
+        # Meet inside the profiler: its first start (CUPTI setup) takes each rank a different
+        # time, and a barrier before it left the other rank ~0.6 s behind in the first profiled
+        # variant (g=1 on 2x H200: rank 0's all-to-all kernels 603 ms, 594 ms "exposed", of
+        # waiting). exposed_communication counts from STEP_RANGE on, after this barrier.
+        if cuda:
+            torch.cuda.synchronize()
+        dist.barrier()
+        if cuda:
+            torch.cuda.synchronize()
+        with record_function(STEP_RANGE):
+            denoise(dit, noise, cond, uncond, FlowSampler(schedule), cfg.sampling.guidance, stop=1, parallel=ctx)
         if cuda:
             torch.cuda.synchronize()
     trace = args.work / f"trace-{label.replace(' ', '-')}-rank{ctx.rank}.json"

@@ -55,3 +55,20 @@ def test_exposed_communication_counts_what_no_compute_kernel_overlaps(bench, tmp
     trace.write_text(json.dumps({"traceEvents": [
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 400, "pid": 1, "tid": 1}]}))
     assert bench.exposed_communication(trace) == {"kernels": 0}
+
+
+def test_exposed_communication_starts_at_the_profiled_step(bench, tmp_path):
+    """The barrier before the step spins while the other rank starts its profiler: not the step's."""
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        kernel("ncclDevKernel_AllReduce_Sum_u8_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 0, 500000),  # the barrier
+        {"ph": "X", "cat": "user_annotation", "name": bench.STEP_RANGE, "ts": 500010, "dur": 300, "pid": 1,
+         "tid": 1},
+        kernel("cudnn_generated_fort_native_sdpa_sm90_flash_fprop", 500020, 100),
+        kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 500100, 40),  # 20 us alone
+    ]}))
+    assert bench.exposed_communication(trace) == {
+        "kernels": 2, "step_gpu_ms": 0.12,
+        "all_to_all_count": 1, "all_to_all_ms": 0.04, "exposed_all_to_all_ms": 0.02,
+        "communication_ms": 0.04, "exposed_communication_ms": 0.02,
+    }

@@ -13,8 +13,11 @@ PARALLEL_MODES = ("cfg", "ulysses", "cfg+ulysses")
 DEFAULT_TIMEOUT_S = 300.0
 # Ulysses splits each rank's N/P heads into this many groups and pipelines them: the
 # all-to-all of group g+1 (and the output of group g) runs while group g's attention does
-# (parallel/ulysses.py). 1 is the plain, unpipelined path. Swept by benchmarks/multi_gpu.py.
-DEFAULT_ULYSSES_HEAD_GROUPS = 3
+# (parallel/ulysses.py). 1 is the plain, unpipelined path. Swept by benchmarks/multi_gpu.py:
+# on 2x H200 (1.3B, 832x480x81, bf16, 2026-11-30, benchmarks/RESULTS.md) 2 groups were the
+# fastest, 714.8 ms/step (10.5 ms of all-to-all exposed), against 720.2 for 1, 737.9 for 3,
+# 740.1 for 6 and 742.2 for 1+4+1: more, smaller attention calls cost more than they hide.
+DEFAULT_ULYSSES_HEAD_GROUPS = 2
 
 
 def degrees(mode: str, world_size: int) -> tuple[int, int]:

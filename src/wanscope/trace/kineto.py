@@ -87,6 +87,7 @@ _COLUMNS = {
     "ts": "DECIMAL(35, 3)", "dur": "DECIMAL(35, 3)", "id": "VARCHAR",
     "args": "STRUCT(" + ", ".join(f'"{k}" {v}' for k, v in _ARGS.items()) + ")",
 }
+_COLUMNS_SQL = "{" + ", ".join(f"'{k}': '{v}'" for k, v in _COLUMNS.items()) + "}"  # read_json's columns
 
 _BIG = "9223372036854775807"  # largest BIGINT: ns values beyond it are integer_overflow
 _KNOWN = ", ".join(f"'{c}'" for c in CATEGORIES)
@@ -108,7 +109,7 @@ CREATE OR REPLACE TEMP TABLE _stage AS
 WITH raw AS (
   SELECT ph, CASE WHEN cat IN ({_LOWER}) THEN cat ELSE lower(cat) END AS cat, name, pid, tid, id,
          (ts * 1000)::HUGEINT AS s, (dur * 1000)::HUGEINT AS d, args
-  FROM read_json(?, format = 'array', columns = {{columns}}, ignore_errors = true)
+  FROM read_json(?, format = 'array', columns = {_COLUMNS_SQL}, ignore_errors = true)
 ), typed AS (
   SELECT *,
          cat IN ({_KNOWN}) AS known,
@@ -517,7 +518,7 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
     events = [0]
 
     def stage(chunk_paths: list[str]) -> None:
-        con.execute(_STAGE_SQL.format(columns=_sql_struct(_COLUMNS)), [chunk_paths])
+        con.execute(_STAGE_SQL, [chunk_paths])
         for chunk in chunk_paths:
             os.unlink(chunk)
         events[0] += con.execute("SELECT count(*) FROM _stage").fetchall()[0][0]
@@ -576,10 +577,6 @@ def _discard_source(con, rank: int) -> None:
         con.execute(f"TRUNCATE _buf_{table}")
     con.execute("DROP TABLE IF EXISTS _kineto_flows")
     con.execute("DROP TABLE IF EXISTS _stage")
-
-
-def _sql_struct(columns: dict) -> str:
-    return "{" + ", ".join(f"'{k}': '{v}'" for k, v in columns.items()) + "}"
 
 
 def _placeholder_rank(source_id: int) -> int:

@@ -172,16 +172,14 @@ ORDER BY rank, start_ns;
 """
 
 
-def finish(con: duckdb.DuckDBPyConnection, nest_memory_limit: str | None = None) -> None:
+def finish(con: duckdb.DuckDBPyConnection, nest_memory_limit: str) -> None:
     """Compute nesting, launch links and steps once every source is in ``con``.
 
     ``nest_memory_limit``: DuckDB's memory limit while the nesting's numpy arrays are alive
     (its buffers shrink to make room for them), restored after."""
-    if nest_memory_limit:
-        limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
-        con.execute(f"SET memory_limit = '{nest_memory_limit}'")
+    limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    con.execute(f"SET memory_limit = '{nest_memory_limit}'")
     _nest_cpu_ops(con)
-    if nest_memory_limit:
-        con.execute(f"SET memory_limit = '{limit}'")
+    con.execute(f"SET memory_limit = '{limit}'")
     con.execute(_LINK_PID_SQL)
     con.execute(_STEPS_SQL)

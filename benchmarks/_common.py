@@ -1,6 +1,6 @@
-"""Timing, error and output helpers shared by the benchmark scripts (``dit_forward.py``,
-``fast_mode.py``, ``kernels_bench.py``). Imported after each script has set its environment
-(compile caches) and put ``src`` on the path."""
+"""Timing, error and output helpers shared by the benchmark scripts (``attention_sweep.py``,
+``dit_forward.py``, ``fast_mode.py``, ``kernels_bench.py``). Imported after each script has set
+its environment (compile caches) and put ``src`` on the path."""
 
 from __future__ import annotations
 

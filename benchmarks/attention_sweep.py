@@ -18,8 +18,8 @@ chunks). A contender that fails (compile error, launch error) is recorded and sk
 rewritten after every contender; a contender past ``--config-timeout-s`` (a hang) ends the run
 with exit code 3, and an error that leaves the CUDA context unusable skips the rest (rerun those
 with ``--only``), so one bad config never costs the run's earlier results. The 8-bit
-rows also give the time of their torch quantization passes alone (``quant_ms``, included in
-``ms``).
+rows also give the time of their quantization passes alone (``quantize_qk``, ``quantize_v``:
+Triton kernels on the GPU; ``quant_ms``, included in ``ms``).
 
 Prints a table and ends with one line of JSON; writes ``OUT/attention_sweep-YYYY-MM-DD.json``.
 ``--smoke`` runs the same code at [1, 40, 2, 32] on the CPU through Triton's interpreter

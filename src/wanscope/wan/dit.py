@@ -28,13 +28,14 @@ import math
 from enum import Enum
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
+from wanscope.errors import UsageError
 from wanscope.wan import ranges
 from wanscope.wan.attention import AttentionBackend, attention, parse_backend
-from wanscope.errors import UsageError
 from wanscope.wan.config import DiTConfig
+
 
 class Kernels(str, Enum):
     """How a block runs: ``torch`` ops (the reference path) or the fused Triton custom ops of
@@ -372,14 +373,19 @@ class WanDiT(nn.Module):
         grid = (f // pt, h // ph, w // pw)
         dtype = self.dtype
 
-        x = self.patch_embedding(latents.to(dtype)).flatten(2).transpose(1, 2)  # [B, L, dim]
-        x = x.float() if cfg.fp32_residual else x.contiguous()
+        x = self.patch_embedding(latents.to(dtype)).flatten(2).transpose(1, 2)  # [B, L, dim] view, dim-major
         e = self.time_embedding(sinusoidal_embedding(timestep, cfg.freq_dim))  # [B, dim] fp32
         e6 = self.time_projection(e).unflatten(1, (6, cfg.dim))  # [B, 6, dim] fp32
         ctx = self.text_embedding(context.to(dtype))  # [B, Lc, dim]
         rope = self.rope(grid, latents.device)
         if self.sequence_parallel is not None:
-            x, rope = self.sequence_parallel.shard(x, rope)  # [B, L_r, dim], this rank's tokens
+            x, rope = self.sequence_parallel.shard(x, rope)  # [B, L_r, dim] view, this rank's tokens
+        # The residual stream: token-major, cast and copied from the view in one pass (only this
+        # rank's tokens under Ulysses). .float() alone keeps a dim-major view dim-major (and
+        # .to(memory_format=...) does not see a 3-D transpose): every block's LayerNorms would
+        # transpose it back and every residual add read one operand across rows.
+        residual = torch.float32 if cfg.fp32_residual else dtype
+        x = torch.empty_like(x, dtype=residual, memory_format=torch.contiguous_format).copy_(x)
 
         for block in self.blocks:
             x = block(x, e6, ctx, rope, self.attention_backend)

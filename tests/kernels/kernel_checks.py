@@ -24,6 +24,11 @@ def mean_slack() -> float:
     return 2.5 if _interpreting() else 1.1
 
 
+def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64."""
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
 def err_stats(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     """(max, mean) absolute error of ``out`` against the float64 ``ref``."""
     d = (out.double() - ref.double()).abs()

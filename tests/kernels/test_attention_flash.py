@@ -23,7 +23,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_checks import DEVICE, ON_GPU, err_stats
+from kernel_checks import DEVICE, ON_GPU, err_stats, rel_l2
 
 from wanscope.kernels import _dispatch
 from wanscope.kernels.attention_flash import (
@@ -97,13 +97,9 @@ def _sdpa(q, k, v):
     return o.transpose(1, 2)
 
 
-def _rel(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
-
-
 def _msg(name, out, ref):
     mx, mean = err_stats(out, ref)
-    return f"{name}: rel L2 {_rel(out, ref):.3e}, max err {mx:.3e}, mean err {mean:.3e}"
+    return f"{name}: rel L2 {rel_l2(out, ref):.3e}, max err {mx:.3e}, mean err {mean:.3e}"
 
 
 @pytest.mark.parametrize("shape, dtype, config", EXACT_CASES)
@@ -113,10 +109,10 @@ def test_exact_matches_float64(shape, dtype, config):
     b, lq, _, n, d = shape
     assert out.shape == (b, lq, n, d) and out.dtype == dtype and out.is_contiguous()
     ref = _f64(q, k, v)
-    torch_err = _rel(_sdpa(q, k, v), ref)
+    torch_err = rel_l2(_sdpa(q, k, v), ref)
     slack = 3.0 if _dispatch.INTERPRET and dtype == torch.bfloat16 else 1.5
     msg = _msg(f"{shape} {dtype}", out, ref) + f"; torch {dtype} SDPA {torch_err:.3e}"
-    assert _rel(out, ref) <= slack * torch_err + 1e-6, msg
+    assert rel_l2(out, ref) <= slack * torch_err + 1e-6, msg
 
 
 @pytest.mark.parametrize("shape, dtype, mode", FAST_CASES)
@@ -130,10 +126,10 @@ def test_fast_matches_float64(shape, dtype, mode):
     out = attention_flash(q, k, v, qk, pv, config=config)
     assert out.shape == q.shape and out.dtype == dtype
     same_quant = reference(q, k, v, qk, pv)
-    msg = _msg(f"{shape} {dtype} qk={qk} pv={pv}", out, _f64(q, k, v)) + f"; vs torch reference {_rel(out, same_quant):.3e}"
+    msg = _msg(f"{shape} {dtype} qk={qk} pv={pv}", out, _f64(q, k, v)) + f"; vs torch reference {rel_l2(out, same_quant):.3e}"
     slack = 2.0 if _dispatch.INTERPRET and "e4m3" in mode else 1.0
-    assert _rel(out, _f64(q, k, v)) <= slack * FAST_BOUND[mode], msg
-    assert _rel(out, same_quant) <= (6e-2 if pv == "e4m3" else 1e-2), msg
+    assert rel_l2(out, _f64(q, k, v)) <= slack * FAST_BOUND[mode], msg
+    assert rel_l2(out, same_quant) <= (6e-2 if pv == "e4m3" else 1e-2), msg
 
 
 def test_warp_specialized_loop_and_device_descriptors():
@@ -143,7 +139,7 @@ def test_warp_specialized_loop_and_device_descriptors():
     plain = FlashConfig(128, 64, 4, 2, warp_specialize=False) if ON_GPU else SMALL
     host = attention_flash(q, k, v, config=plain)
     device = attention_flash(q, k, v, config=FlashConfig(plain.block_m, plain.block_n, 4, plain.num_stages, True))
-    assert torch.equal(host, device) if _dispatch.INTERPRET else _rel(host, device) <= 1e-3
+    assert torch.equal(host, device) if _dispatch.INTERPRET else rel_l2(host, device) <= 1e-3
 
 
 def test_strided_slices_of_a_fused_qkv():
@@ -155,7 +151,7 @@ def test_strided_slices_of_a_fused_qkv():
     assert not v.is_contiguous()
     out = attention_flash(q, k, v, config=LAYOUT_TILES)
     assert torch.equal(out, attention_flash(q.contiguous(), k.contiguous(), v.contiguous(), config=LAYOUT_TILES))
-    assert _rel(out, _f64(q, k, v)) <= 1.5 * _rel(_sdpa(q, k, v), _f64(q, k, v))
+    assert rel_l2(out, _f64(q, k, v)) <= 1.5 * rel_l2(_sdpa(q, k, v), _f64(q, k, v))
 
 
 def test_head_major_views_are_copied():
@@ -163,15 +159,15 @@ def test_head_major_views_are_copied():
     g = torch.Generator().manual_seed(9)
     q, k, v = (torch.randn(1, 2, 19, 16, generator=g).to(DEVICE, torch.float16).transpose(1, 2) for _ in range(3))
     out = attention_flash(q, k, v, config=LAYOUT_TILES)
-    assert _rel(out, _f64(q, k, v)) <= 1.5 * _rel(_sdpa(q, k, v), _f64(q, k, v))
+    assert rel_l2(out, _f64(q, k, v)) <= 1.5 * rel_l2(_sdpa(q, k, v), _f64(q, k, v))
 
 
 def test_cpu_reference_without_interpreter(monkeypatch):
     """Off the interpreter, CPU tensors run the torch reference (fp32 inputs allowed)."""
     monkeypatch.setattr(_dispatch, "INTERPRET", False)
     q, k, v = (t.cpu() for t in _inputs((2, 9, 13, 2, 16), torch.float32, seed=4))
-    assert _rel(attention_flash(q, k, v), _f64(q, k, v)) <= 1e-6
-    assert _rel(attention_flash(q, k, v, "int8", "exact"), _f64(q, k, v)) <= FAST_BOUND[("int8", "exact")]
+    assert rel_l2(attention_flash(q, k, v), _f64(q, k, v)) <= 1e-6
+    assert rel_l2(attention_flash(q, k, v, "int8", "exact"), _f64(q, k, v)) <= FAST_BOUND[("int8", "exact")]
 
 
 def _qk_inputs():
@@ -266,7 +262,7 @@ def test_dit_on_the_triton_backend():
         sdpa = model(latents, t, ctx.bfloat16())
         model.attention_backend = "triton"
         ours = model(latents, t, ctx.bfloat16())
-    assert _rel(ours, ref) <= 1.2 * _rel(sdpa, ref), f"triton {_rel(ours, ref):.3e} vs sdpa {_rel(sdpa, ref):.3e}"
+    assert rel_l2(ours, ref) <= 1.2 * rel_l2(sdpa, ref), f"triton {rel_l2(ours, ref):.3e} vs sdpa {rel_l2(sdpa, ref):.3e}"
 
 
 def test_rejects_bad_inputs():

@@ -8,15 +8,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_checks import DEVICE, ON_GPU  # noqa: E402
+from kernel_checks import DEVICE, ON_GPU, rel_l2  # noqa: E402
 
 from wanscope.errors import UsageError  # noqa: E402
 from wanscope.wan.config import get_preset  # noqa: E402
 from wanscope.wan.dit import Kernels, WanDiT  # noqa: E402
-
-
-def rel_l2(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
 def make(device=DEVICE, fp32_residual=True):

@@ -20,7 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_checks import DEVICE, ON_GPU  # noqa: E402
+from kernel_checks import DEVICE, ON_GPU, rel_l2  # noqa: E402
 
 from wanscope.kernels import _dispatch  # noqa: E402
 from wanscope.kernels.attention_int8 import attention_int8, quantize_qk, reference  # noqa: E402
@@ -50,10 +50,6 @@ def _f64(q, k, v):
     return (torch.softmax(s, -1) @ v.double().transpose(1, 2)).transpose(1, 2)  # [B, L, N, D]
 
 
-def _rel(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
-
-
 @pytest.mark.parametrize("shape, dtype, pv_fp8", [
     pytest.param(*c, id=f"{c[0]}-{str(c[1])[6:]}-pv-{'e4m3' if c[2] else '16bit'}") for c in CASES])
 def test_matches_float64(shape, dtype, pv_fp8):
@@ -63,10 +59,10 @@ def test_matches_float64(shape, dtype, pv_fp8):
     out = attention_int8(q, k, v, pv_fp8)
     assert out.shape == shape and out.dtype == dtype and out.is_contiguous()
     ref = _f64(q, k, v)
-    err, ref_err = _rel(out, ref), _rel(reference(q, k, v, pv_fp8), ref)
+    err, ref_err = rel_l2(out, ref), rel_l2(reference(q, k, v, pv_fp8), ref)
     msg = f"{shape} {dtype} pv_fp8={pv_fp8}: kernel {err:.3e}, torch reference {ref_err:.3e}"
     assert err <= (4e-2 if pv_fp8 else 2.5e-2), msg
-    assert _rel(out, reference(q, k, v, pv_fp8)) <= (2e-2 if pv_fp8 else 5e-3), msg
+    assert rel_l2(out, reference(q, k, v, pv_fp8)) <= (2e-2 if pv_fp8 else 5e-3), msg
 
 
 def test_strided_v_from_fused_qkv():
@@ -76,7 +72,7 @@ def test_strided_v_from_fused_qkv():
     q, k, v = (qkv[..., i * n * d : (i + 1) * n * d].unflatten(-1, (n, d)) for i in range(3))
     assert not v.is_contiguous()
     out = attention_int8(q, k, v, pv_fp8=False)
-    assert _rel(out, _f64(q, k, v)) <= 1.5e-2
+    assert rel_l2(out, _f64(q, k, v)) <= 1.5e-2
 
 
 @pytest.mark.parametrize("smooth", [False, True])

@@ -10,6 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kernel_checks import DEVICE, rel_l2  # noqa: E402
+
 from wanscope.errors import UsageError  # noqa: E402
 from wanscope.kernels import _dispatch  # noqa: E402
 from wanscope.kernels.fp8_linear import FP8Linear  # noqa: E402
@@ -20,7 +22,6 @@ from wanscope.wan.precision import LINEARS, FastConfig, apply_fast_mode, exact_m
 from wanscope.wan.sampler import FlowSampler, flow_schedule  # noqa: E402
 
 CFG = get_preset("tiny").dit
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def setup():
         ref = _sample(_build(state, torch.float32), latents, cond, uncond)
     finally:
         torch.backends.cudnn.allow_tf32 = tf32
-    exact = _rel(_sample(_build(state, torch.bfloat16), latents, cond, uncond), ref)
+    exact = rel_l2(_sample(_build(state, torch.bfloat16), latents, cond, uncond), ref)
     return state, latents, cond, uncond, ref, exact
 
 
@@ -53,10 +54,6 @@ def _sample(dit, latents, cond, uncond):
     return denoise(dit, latents, cond.to(dit.dtype), uncond.to(dit.dtype), FlowSampler(flow_schedule(10, 5.0)), 5.0)
 
 
-def _rel(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
-
-
 # the defaults, then INT8 attention with either P V, then every FP8 family with the last block exact
 @pytest.mark.parametrize("fast", [
     FastConfig(), FastConfig(int8_attention=True, pv_fp8=False), FastConfig(int8_attention=True),
@@ -66,7 +63,7 @@ def test_ten_steps_within_5x_bf16(setup, fast, monkeypatch):
     monkeypatch.setattr(_dispatch, "INTERPRET", False)  # CPU tensors: the torch references
     state, latents, cond, uncond, ref, exact = setup
     dit = apply_fast_mode(_build(state, torch.bfloat16), fast)
-    err = _rel(_sample(dit, latents, cond, uncond), ref)
+    err = rel_l2(_sample(dit, latents, cond, uncond), ref)
     # measured (torch 2.13 CPU): bf16 1.85e-3; the four 2.72x, 2.71x, 2.78x, 2.89x (all linears
     # with INT8 attention and every block fast: 4.50x; at the Wan shape on the H200 17.9x)
     assert 1.5 * exact < err <= 5 * exact, f"fast {err:.3e} vs bf16 {exact:.3e}"
@@ -86,7 +83,7 @@ def test_apply_and_revert(setup, monkeypatch):
     fused = _build(state, torch.bfloat16)
     fused.kernels = "triton"
     assert torch.equal(exact_out, fused(latents, t, ctx))
-    assert 0 < _rel(fast_out, exact_out) < 5e-2
+    assert 0 < rel_l2(fast_out, exact_out) < 5e-2
 
 
 def test_rejects_bad_config():

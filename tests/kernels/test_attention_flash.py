@@ -232,7 +232,9 @@ def test_quantize_v_layout_bound_and_kernel(monkeypatch):
     tol = torch.maximum(v.double().abs() * 2.0**-4, vs.double()[:, None] * 2.0**-10)
     assert bool(((back - v.double()).abs() <= tol * (1 + 1e-5)).all())
     _mismatch_ok(vt_kernel[..., :21], vt[..., :21], "vt")
-    torch.testing.assert_close(vs_kernel, vs, rtol=0, atol=0)
+    # amax / 448 in torch on both paths, but CUDA divides by a scalar as a multiplication by
+    # its reciprocal: one ulp apart at most (measured on the H200: 1.19e-7 relative)
+    torch.testing.assert_close(vs_kernel, vs, rtol=2.0**-23, atol=0)
 
 
 def test_dit_on_the_triton_backend():

@@ -80,6 +80,15 @@ class Scope:
             parts.append(f"step < {int(hi)}")
         return " AND ".join(parts)
 
+    def in_steps(self, rank: str, pid: str, start_ns: str) -> str:
+        """SQL condition: host time ``start_ns`` of process ``pid`` of ``rank`` falls inside
+        a selected step's CPU range; TRUE without a step range. The three are qualified
+        column expressions (``o.rank``): a bare ``rank`` would name the step's own."""
+        if self.step_range is None:
+            return "TRUE"
+        return (f"EXISTS (SELECT 1 FROM steps _s WHERE _s.rank = {rank} AND _s.pid = {pid} "
+                f"AND {start_ns} BETWEEN _s.start_ns AND _s.end_ns AND {self._step_filter()})")
+
     def ctes(self) -> str:
         """``WITH`` clauses defining ``activity`` (in scope) and ``windows``
         (rank, device, window_start_ns, window_end_ns, window_ns)."""

@@ -84,7 +84,7 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         "sources": sources(con),
         "warnings": warnings(con),
         "devices": devices,
-        "syncs": find_syncs(con, gpu_ranks),
+        "syncs": find_syncs(con, gpu_ranks, scope),
         "steps": step_times(con, scope),
         "notes": notes,
     }

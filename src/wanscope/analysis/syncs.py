@@ -6,10 +6,13 @@ The waiting call is a synchronizing API call (stream/device/event synchronize, a
 CUDA Runtime API, "API synchronization behavior"). Calls under the same outermost aten op
 (``aten::item`` -> ``cudaMemcpyAsync`` + ``cudaStreamSynchronize``) are one wait.
 On a rank with no GPU activity (a CPU run) the ops that would sync on a GPU are reported
-as ``would_sync`` with their own host time as ``wait_ns``.
+as ``would_sync`` with their own host time as ``wait_ns``. With a step range, only waits
+that start inside a selected step's CPU range count.
 """
 
 from __future__ import annotations
+
+from wanscope.analysis.scope import Scope
 
 SYNC_APIS = (
     "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaThreadSynchronize",
@@ -34,10 +37,12 @@ def _user_frame(column: str) -> str:
     return " AND ".join(f"NOT starts_with({column}, '{p}')" for p in _LIBRARY_FRAME)
 
 
-def find_syncs(con, gpu_ranks: set[int]) -> list[dict]:
-    """Every blocking wait in the trace, by start time. Each record: ``kind`` (``sync`` or
+def find_syncs(con, gpu_ranks: set[int], scope: Scope | None = None) -> list[dict]:
+    """Every blocking wait in the trace (in ``scope``: starting inside a selected step's CPU
+    range of the same process), by rank and start time. Each record: ``kind`` (``sync`` or
     ``would_sync``), ``rank``, ``api``, ``op`` (outermost aten op), ``frame`` (innermost
     Python frame outside torch), ``start_ns``, ``wait_ns``, ``gpu_idle_after_ns``."""
+    scope = scope or Scope()
     rows = con.execute(f"""
     WITH calls AS (
       SELECT row_number() OVER () AS call_id, c.* FROM api_calls c
@@ -59,12 +64,15 @@ def find_syncs(con, gpu_ranks: set[int]) -> list[dict]:
       SELECT c.call_id, a.start_ns AS next_start FROM calls c
       ASOF JOIN (SELECT rank, start_ns FROM kernels UNION ALL SELECT rank, start_ns FROM memops) a
         ON a.rank = c.rank AND a.start_ns >= c.end_ns)
-    SELECT c.rank, c.pid, c.tid, coalesce(n.op_id, -c.call_id) AS wait_key,
-           arg_max(c.name, c.dur_ns) AS api, any_value(n.op) AS op, any_value(n.frame) AS frame,
-           min(c.start_ns) AS start_ns, sum(c.dur_ns) AS wait_ns,
-           max(x.next_start) - max(c.end_ns) AS idle_after
-    FROM calls c LEFT JOIN named n USING (call_id) LEFT JOIN nexts x USING (call_id)
-    GROUP BY ALL ORDER BY start_ns
+    SELECT * FROM (
+      SELECT c.rank, c.pid, c.tid, coalesce(n.op_id, -c.call_id) AS wait_key,
+             arg_max(c.name, c.dur_ns) AS api, any_value(n.op) AS op, any_value(n.frame) AS frame,
+             min(c.start_ns) AS start_ns, sum(c.dur_ns) AS wait_ns,
+             max(x.next_start) - max(c.end_ns) AS idle_after
+      FROM calls c LEFT JOIN named n USING (call_id) LEFT JOIN nexts x USING (call_id)
+      GROUP BY ALL) w
+    WHERE {scope.in_steps('w.rank', 'w.pid', 'w.start_ns')}
+    ORDER BY start_ns
     """).fetchall()
     out = [{"kind": "sync", "rank": r[0], "api": r[4], "op": r[5], "frame": r[6], "start_ns": int(r[7]),
             "wait_ns": int(r[8]), "gpu_idle_after_ns": None if r[9] is None else max(int(r[9]), 0)}
@@ -72,7 +80,8 @@ def find_syncs(con, gpu_ranks: set[int]) -> list[dict]:
     cpu_rows = con.execute(f"""
     WITH hits AS (
       SELECT o.* FROM cpu_ops o LEFT JOIN cpu_ops p ON p.id = o.parent_id
-      WHERE o.name IN ({_quoted(SYNC_OPS)}) AND (p.name IS NULL OR p.name NOT IN ({_quoted(SYNC_OPS)}))),
+      WHERE o.name IN ({_quoted(SYNC_OPS)}) AND (p.name IS NULL OR p.name NOT IN ({_quoted(SYNC_OPS)}))
+        AND {scope.in_steps('o.rank', 'o.pid', 'o.start_ns')}),
     frames AS (
       SELECT h.id, arg_max(f.name, f.depth) AS frame FROM hits h
       JOIN cpu_ops f ON f.rank = h.rank AND f.pid = h.pid AND f.tid = h.tid AND f.kind = 'python'

@@ -1,5 +1,6 @@
 """``--step-range`` on the host side: syncs count only when their wait starts inside a
-selected step's CPU range (GPU ``sync`` and CPU-only ``would_sync`` alike).
+selected step's CPU range (GPU ``sync`` and CPU-only ``would_sync`` alike); a range that
+selects no step is a usage error naming the trace's steps.
 
 Two small Kineto traces, times in us as Kineto writes them, one host thread (pid 1, tid 1):
   GPU: step 1 (host 1000..1100) launches a kernel and waits in aten::item 1010..1030
@@ -13,8 +14,9 @@ import json
 import pytest
 from shared_fixtures import REPO
 
-from wanscope.analysis.scope import Scope
+from wanscope.analysis.scope import Scope, step_list
 from wanscope.analysis.summary import analyze
+from wanscope.errors import UsageError
 from wanscope.trace import open_traces
 
 PID = TID = 1
@@ -95,3 +97,17 @@ def test_the_profilers_closing_sync_is_outside_the_step():
     assert [(s["api"], s["start_ns"]) for s in analyze(con)["syncs"]] == [
         ("cudaDeviceSynchronize", 5_162_865_974_810_241)]
     assert analyze(con, scope=Scope((1, 2)))["syncs"] == []
+
+
+def test_a_range_that_selects_no_step_is_a_usage_error(cpu):
+    with pytest.raises(UsageError) as e:
+        analyze(cpu, scope=Scope((7, 9)))
+    assert str(e.value) == "--step-range 7:9 selects no step: the trace's steps are 1-2"
+    with pytest.raises(UsageError, match=r"^--step-range :1 selects no step: the trace's steps are 1-2$"):
+        analyze(cpu, scope=Scope((None, 1)))
+    assert [s["step"] for s in analyze(cpu, scope=Scope((2, 9)))["steps"]] == [2]
+
+
+def test_step_list_joins_runs():
+    assert step_list([7, 1, 3, 2, 2, 9, 10]) == "1-3, 7, 9-10"
+    assert step_list([551]) == "551"

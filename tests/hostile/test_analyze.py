@@ -14,7 +14,7 @@ import time
 
 import duckdb
 import pytest
-from hostile_cli import (EMBEDDED, assert_one_line_error, gzip_stream, kernel, run_cli, write_lines,
+from hostile_cli import (EMBEDDED, REPO, assert_one_line_error, gzip_stream, kernel, run_cli, write_lines,
                          write_minified)
 
 
@@ -51,15 +51,31 @@ def test_bad_options_are_one_line(args, words):
     assert_one_line_error(run_cli("analyze", EMBEDDED, *args), *words)
 
 
-@pytest.mark.parametrize("args", [
-    ["--step-range", "99999999999999999999999:"],
-    ["--step-range", "-99999999999999999999999:99999999999999999999999"],
-    ["--min-gap-ns", "99999999999999999999999"],
+# one profiled step, numbered 1 (the embedded trace has no steps)
+STEPPED = REPO / "tests" / "data" / "h200_wan21_1p3b_triton_step1.json.gz"
+
+
+@pytest.mark.parametrize("trace, args", [
+    (STEPPED, ["--step-range", "-99999999999999999999999:99999999999999999999999"]),
+    (STEPPED, ["--step-range", ":99999999999999999999999"]),
+    (EMBEDDED, ["--min-gap-ns", "99999999999999999999999"]),
 ])
-def test_huge_numbers_in_options(args):
-    r = run_cli("analyze", EMBEDDED, *args, "--format", "json")
+def test_huge_numbers_in_options(trace, args):
+    r = run_cli("analyze", trace, *args, "--format", "json")
     assert r.returncode == 0 and r.stderr == "", r.stderr
     json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("trace, step_range, have", [
+    (STEPPED, "99999999999999999999999:", "the trace's steps are 1"),
+    (STEPPED, "2:", "the trace's steps are 1"),
+    (STEPPED, ":1", "the trace's steps are 1"),
+    (EMBEDDED, "0:", "the trace has no steps"),
+])
+def test_a_step_range_that_selects_no_step_says_which_steps_there_are(trace, step_range, have):
+    line = assert_one_line_error(run_cli("analyze", trace, "--step-range", step_range))
+    assert line == f"wanscope: error: --step-range {step_range} selects no step: {have}" + (
+        " (no wanscope/step#k or ProfilerStep#N ranges)" if trace == EMBEDDED else "")
 
 
 # --- what is not a regular file --------------------------------------------------------

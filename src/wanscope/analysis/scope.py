@@ -61,6 +61,17 @@ def parse_step_range(text: str | None) -> tuple[int | None, int | None] | None:
     return bounds
 
 
+def step_list(steps: list[int]) -> str:
+    """Step numbers written with runs joined: ``[1, 2, 3, 7]`` -> ``1-3, 7``."""
+    runs: list[list[int]] = []
+    for n in sorted(set(steps)):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in runs)
+
+
 @dataclass(frozen=True)
 class Scope:
     """The slice of the trace being analyzed.
@@ -79,6 +90,24 @@ class Scope:
         if hi is not None:
             parts.append(f"step < {int(hi)}")
         return " AND ".join(parts)
+
+    def check(self, con) -> None:
+        """Refuse a step range that selects none of the trace's steps (an empty analysis would
+        read as a trace without GPU activity).
+
+        Raises:
+            UsageError: naming the range and the trace's steps, or saying it has none.
+        """
+        if self.step_range is None:
+            return
+        steps = [int(n) for (n,) in con.execute("SELECT DISTINCT step FROM steps WHERE step IS NOT NULL").fetchall()]
+        lo, hi = self.step_range
+        if any((lo is None or n >= lo) and (hi is None or n < hi) for n in steps):
+            return
+        text = f"{'' if lo is None else lo}:{'' if hi is None else hi}"
+        have = (f"the trace's steps are {step_list(steps)}" if steps else
+                "the trace has no steps (no wanscope/step#k or ProfilerStep#N ranges)")
+        raise UsageError(f"--step-range {text} selects no step: {have}")
 
     def in_steps(self, rank: str, pid: str, start_ns: str) -> str:
         """SQL condition: host time ``start_ns`` of process ``pid`` of ``rank`` falls inside

@@ -54,6 +54,9 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         scope: steps to restrict to (default: the whole trace).
         min_gap_ns: ignore idle gaps shorter than this (ns).
 
+    Raises:
+        UsageError: ``scope`` selects none of the trace's steps.
+
     Returns:
         A dict: ``schema_version``, ``sources``, ``warnings``, ``devices`` (one per
         (rank, device) with GPU activity), ``syncs``, ``steps``, and ``notes`` (plain
@@ -61,6 +64,7 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         ``ranks`` (communication time and overlap per device, slowest rank per step).
     """
     scope = scope or Scope()
+    scope.check(con)
     devices = device_utilization(con, scope)
     tops = top_kernels(con, scope, top)
     cats = categories(con, scope)

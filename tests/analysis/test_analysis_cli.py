@@ -33,6 +33,9 @@ def test_analyze_json_layout():
                       "kernel_time_ns", "top_kernels", "categories", "gaps"}
     assert [k["name"] for k in d["top_kernels"]][-1] == "other" and len(d["top_kernels"]) == 4
     assert set(d["top_kernels"][0]) == {"name", "count", "total_ns", "mean_ns", "min_ns", "max_ns", "pct"}
+    # integer ns like every time: 353,335,184 ns / 60 launches = 5,888,919.73 -> 5,888,920
+    assert (d["top_kernels"][0]["total_ns"], d["top_kernels"][0]["mean_ns"]) == (353_335_184, 5_888_920)
+    assert all(type(k["mean_ns"]) is int for k in d["top_kernels"])
     assert set(d["gaps"]) == {"count", "total_ns", "histogram", "largest"}
     assert len(d["gaps"]["largest"]) == 3
     assert list(d["gaps"]["histogram"]) == ["<1us", "1-10us", "10-100us", "0.1-1ms", ">=1ms"]

@@ -17,7 +17,7 @@ def test_triton_example_listing():
     assert fused_kernels(con) == {(0, 0): [{
         "name": "triton_poi_fused_add_cos_sin_0", "launched_as": "triton_poi_fused_add_cos_sin_0", "kind": "poi",
         "ops": ["add", "cos", "sin"], "unmatched": [], "ops_from": "name", "suffix": None,
-        "count": 1, "total_ns": 1760, "mean_ns": 1760.0, "min_ns": 1760, "max_ns": 1760, "pct": 100.0,
+        "count": 1, "total_ns": 1760, "mean_ns": 1760, "min_ns": 1760, "max_ns": 1760, "pct": 100.0,
     }]}
     assert aten_calls(con) == {}  # the compiled region ran no aten ops on the host
 
@@ -29,10 +29,10 @@ def test_synthetic_listing_and_op_summary(tmp_path):
     assert listing == [
         {"name": "triton_poi_fused_add_mul_0", "launched_as": "triton_poi_fused_add_mul_0", "kind": "poi",
          "ops": ["add", "mul"], "unmatched": [], "ops_from": "name", "suffix": None,
-         "count": 2, "total_ns": 30_000, "mean_ns": 15_000.0, "min_ns": 15_000, "max_ns": 15_000, "pct": 26.087},
+         "count": 2, "total_ns": 30_000, "mean_ns": 15_000, "min_ns": 15_000, "max_ns": 15_000, "pct": 26.087},
         {"name": "triton__0d1d2de", "launched_as": "triton_red_fused_mean_pow_1", "kind": "red",
          "ops": ["mean", "pow"], "unmatched": [], "ops_from": "launch_range", "suffix": "0d1d2de",
-         "count": 1, "total_ns": 5_000, "mean_ns": 5_000.0, "min_ns": 5_000, "max_ns": 5_000, "pct": 4.3478},
+         "count": 1, "total_ns": 5_000, "mean_ns": 5_000, "min_ns": 5_000, "max_ns": 5_000, "pct": 4.3478},
     ]
     assert fused_kernels(new) == {(0, 0): listing}  # one device: the same rows
     assert fused_kernels(base) == {}

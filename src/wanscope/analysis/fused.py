@@ -196,7 +196,7 @@ def _item(name: str, launched_as: str | None, n: int, total: int, lo: int, hi: i
     return {
         "name": name, "launched_as": launched_as, "kind": parsed.kind, "ops": list(parsed.ops),
         "unmatched": list(parsed.unmatched), "ops_from": ops_from, "suffix": parsed.suffix,
-        "count": n, "total_ns": int(total), "mean_ns": round(total / n, 1), "min_ns": int(lo), "max_ns": int(hi),
+        "count": n, "total_ns": int(total), "mean_ns": round(total / n), "min_ns": int(lo), "max_ns": int(hi),
         "pct": round(100.0 * total / kernel_total, 4) if kernel_total else None,
     }
 
@@ -213,8 +213,8 @@ def fused_kernels(con, scope: Scope | None = None, per_device: bool = True) -> d
         key -> rows by total time: ``name`` (as on the GPU), ``launched_as`` (the innermost
         ``triton_*`` host range open at the launch, or None), ``kind``, ``ops``,
         ``unmatched``, ``ops_from`` (``name``, ``launch_range`` or None when neither lists
-        ops), ``suffix``, ``count`` (launches), ``total_ns``, ``mean_ns``, ``min_ns``,
-        ``max_ns``, ``pct`` (share of summed kernel time of the key).
+        ops), ``suffix``, ``count`` (launches), ``total_ns``, ``mean_ns`` (rounded to the nearest
+        ns), ``min_ns``, ``max_ns``, ``pct`` (share of summed kernel time of the key).
     """
     keys = "rank, device," if per_device else ""
     join_totals = "JOIN totals USING (rank, device)" if per_device else "CROSS JOIN totals"

@@ -7,6 +7,8 @@ commands never import the engine's heavy dependencies (torch).
 from __future__ import annotations
 
 import importlib
+import os
+import select
 import sys
 
 import click
@@ -39,6 +41,39 @@ class LazyGroup(click.Group):
             return None
         module, attr = target.split(":")
         return getattr(importlib.import_module(module), attr)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            if not _stdout_closed():
+                raise  # another pipe broke (a child process's): an error to see
+            # The reader closed the pipe (``wanscope analyze | head``): end quietly with 0, the
+            # usual convention (click's own handling exits 1). Output still buffered would fail
+            # again at interpreter exit, so stdout goes to /dev/null.
+            _stdout_to_devnull()
+            raise click.exceptions.Exit(0) from None
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output's reader is gone (poll reports an error on a pipe's write end
+    once no reader is left, a hang-up on a closed socket)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no descriptor to ask (a test's capture)
+        return True
+
+
+def _stdout_to_devnull() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (a test's capture)
+        pass
+    finally:
+        os.close(devnull)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -89,5 +124,8 @@ def main(argv=None) -> None:
     except MemoryError:
         click.echo("wanscope: error: out of memory", err=True)
         sys.exit(2)
-    except BrokenPipeError:
+    except BrokenPipeError:  # outside a command (LazyGroup.invoke handles those)
+        if not _stdout_closed():
+            raise
+        _stdout_to_devnull()
         sys.exit(0)

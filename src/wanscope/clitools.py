@@ -17,12 +17,18 @@ import orjson
 
 def console(stderr: bool = False, **kwargs):
     """A rich Console. Where output is not a terminal (a pipe, a file, a test), rich would
-    assume 80 columns and cut numbers and identifiers in tables; use $COLUMNS, else 200."""
+    assume 80 columns and cut numbers and identifiers in tables; use $COLUMNS, else 200.
+    A reader that closes the pipe (``| head``) ends the command as for plain output."""
     from rich.console import Console
+
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            # rich's own exits with code 1; the entry point ends quietly with 0 (cli.main)
+            raise BrokenPipeError
 
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else int(os.environ.get("COLUMNS") or 200)
-    return Console(stderr=stderr, width=width, **kwargs)
+    return PipeConsole(stderr=stderr, width=width, **kwargs)
 
 
 def format_option(*choices: str, default: str = "table"):

@@ -1,5 +1,5 @@
 """The analysis commands end to end: analyze (default trace, JSON, --db), query, schema,
-and that the analysis side never imports torch."""
+a reader closing the pipe, and that the analysis side never imports torch."""
 
 import json
 import shutil
@@ -7,9 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shared_fixtures import shared_fixture
+import pytest
+from shared_fixtures import REPO, shared_fixture
 
 H200 = "kineto/h200_diffusers_wan21_1p3b_eager_forward.json.gz"
+EMBEDDED = REPO / "src" / "wanscope" / "data" / "h200_diffusers_wan21_1p3b_eager_forward.json.gz"
 
 
 def run_cli(*args):
@@ -97,3 +99,29 @@ def test_a_random_weights_trace_says_so_when_analyzed_again():
     trace = Path(__file__).resolve().parents[1] / "data" / "h200_wan21_1p3b_profile_step2.json.gz"
     doc = json.loads(run_cli("analyze", trace, "--format", "json").stdout)
     assert doc["notes"][0] == "RANDOM WEIGHTS (no checkpoint): timing/profiling run, not a real video"
+
+
+@pytest.mark.parametrize("args", [
+    ["analyze", "--top", "2000"],  # table (rich), 2.7 MB
+    ["analyze", "--top", "2000", "--format", "json"],  # 3.5 MB
+    ["query", "-", "SELECT * FROM cpu_ops", "--format", "csv"],
+    ["query", "-", "SELECT * FROM cpu_ops", "--format", "json"],
+    ["query", "-", "SELECT * FROM cpu_ops LIMIT 5000"],
+])
+def test_a_closed_pipe_ends_quietly_with_exit_0(args):
+    """``wanscope ... | head -1``: the reader leaves after one line, output far larger than a
+    pipe's buffer is still being written."""
+    args = [str(EMBEDDED) if a == "-" else a for a in args]
+    p = subprocess.Popen([sys.executable, "-m", "wanscope", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = p.stdout.readline()
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 0, err.decode()
+    assert first and err == b""
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_not_hidden():
+    code = ("import click\nfrom wanscope import cli\n@click.command()\ndef boom():\n    raise BrokenPipeError\n"
+            "cli.COMMANDS['boom'] = '__main__:boom'\ncli.main(['boom'])")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 1 and "BrokenPipeError" in r.stderr

@@ -44,7 +44,11 @@ def load_vae(path: Path | None, cfg: VAEConfig, dtype: torch.dtype, device) -> t
     if path is None:
         with torch.device(device):
             vae = _build(cfg)
-        return vae.to(dtype).eval().requires_grad_(False)
+        # nn.Module.to, not diffusers' ModelMixin.to: that one logs "There are modules ... that
+        # should be kept in float32: []" on every dtype cast, even for a model that keeps none
+        # (AutoencoderKLWan._keep_in_fp32_modules is None; diffusers 0.42.1), and it landed in
+        # the middle of the progress bar.
+        return torch.nn.Module.to(vae, dtype).eval().requires_grad_(False)
     from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
 
     state = read_pth(Path(path))

@@ -50,6 +50,7 @@ def test_files_and_the_compile_object(compared):
         (step,) = rep["steps"]
         assert c["mean_step_cpu_ns"][label] == step["cpu_dur_ns"]
     assert "(compilation included)" in r.stdout and "profiled steps, mean CPU range: eager" in r.stdout
+    assert "warm-up (1 step, host wall time)" in r.stdout
 
 
 def test_compiled_blocks_are_one_region_each(compared):

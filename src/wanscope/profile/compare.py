@@ -73,6 +73,7 @@ def compile_lines(result: dict) -> list[str]:
     """Compilation cost apart from step time, and the profiled steps' host time."""
     c = result["compile"]
     w, s = c["warmup_wall_ns"], c["mean_step_cpu_ns"]
-    return [f"warm-up ({c['warmup_steps']} steps, host wall time): eager {fmt_ns(w['eager'])}, "
+    steps = f"{c['warmup_steps']} step{'' if c['warmup_steps'] == 1 else 's'}"
+    return [f"warm-up ({steps}, host wall time): eager {fmt_ns(w['eager'])}, "
             f"compiled {fmt_ns(w['compiled'])} (compilation included)",
             f"profiled steps, mean CPU range: eager {fmt_ns(s['eager'])}, compiled {fmt_ns(s['compiled'])}"]

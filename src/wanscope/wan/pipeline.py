@@ -230,17 +230,17 @@ def denoise(
 @dataclass
 class Result:
     """A generated video: [F, H, W, 3] uint8 frames on the CPU (None on ranks other than 0),
-    the final latents [1, C, F', H', W'] fp32 on the CPU, and per-stage peak memory (bytes, 0
-    without CUDA)."""
+    the final latents [1, C, F', H', W'] fp32 on the CPU, and per-stage peak memory (bytes,
+    None without CUDA)."""
 
     frames: torch.Tensor | None
     latents: torch.Tensor
-    peak_memory_bytes: dict[str, int]
+    peak_memory_bytes: dict[str, int | None]
 
 
-def _peak(device: torch.device) -> int:
+def _peak(device: torch.device) -> int | None:
     if device.type != "cuda":
-        return 0
+        return None
     peak = torch.cuda.max_memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
     return peak

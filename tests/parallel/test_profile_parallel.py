@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 from launch import error_line, free_port, rank_env, run_ranks  # noqa: E402
 
-from wanscope.profile.result import CPU_NOTE  # noqa: E402
+from wanscope.profile.result import CPU_NOTE, cfg_note  # noqa: E402
 from wanscope.trace import open_traces  # noqa: E402
 from wanscope.wan import ranges  # noqa: E402
 
@@ -72,7 +72,9 @@ def test_steps_and_ranks_section_cover_both_ranks_with_the_traces_step_times(cfg
     assert dur[0].keys() == dur[1].keys() == {1}
     # a CPU run: no GPU activity, so no devices, no per-rank GPU figures
     assert report["devices"] == [] and report["syncs"] == []
-    assert report["notes"][1] == CPU_NOTE and report["notes"][2].startswith("no GPU activity")
+    assert report["notes"][1] == CPU_NOTE and report["notes"][3].startswith("no GPU activity")
+    assert report["notes"][2] == cfg_note(report["run"]) == (
+        "CFG sequential: cond and uncond on ranks of their own, one B=1 forward each per step (--cfg auto, CFG parallel).")
     assert [(s["rank"], s["step"], s["cpu_dur_ns"], s["gpu_dur_ns"]) for s in report["steps"]] == [
         (0, 1, dur[0][1], None), (1, 1, dur[1][1], None)]
     assert report["host_ops"]["step_time_ns"] == dur[0][1] + dur[1][1]

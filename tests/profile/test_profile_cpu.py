@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wanscope.profile.result import CPU_NOTE  # noqa: E402
+from wanscope.profile.result import CPU_NOTE, cfg_note  # noqa: E402
 from wanscope.wan.cli import RANDOM_NOTE  # noqa: E402
 from wanscope.wan.sampler import FlowSampler  # noqa: E402
 
@@ -76,16 +76,19 @@ def test_run_object(default_run):
     assert run["note"] == RANDOM_NOTE and run["random_weights"] is True and run["checkpoint"] is None
     assert (run["preset"], run["width"], run["height"], run["frames"]) == ("tiny", 64, 64, 5)
     assert (run["schedule_steps"], run["warmup_steps"], run["profiled_steps"]) == (4, 1, [1, 2])
-    assert (run["attention"], run["cfg"], run["compile"], run["legacy_step_lookup"]) == ("sdpa", "sequential", False, False)
+    assert (run["attention"], run["compile"], run["legacy_step_lookup"]) == ("sdpa", False, False)
     assert (run["device"], run["dtype"], run["capture"], run["gpu"]) == ("cpu", "fp32", "torch.profiler", None)
     assert run["versions"]["torch"] == torch.__version__ and run["versions"]["cuda"] is None
     assert run["dit"] == {"dim": 64, "num_layers": 2, "num_heads": 2, "ffn_dim": 128}
     assert run["tokens"] == 2 * 4 * 4  # latents [1, 16, 2, 8, 8] in 1x2x2 patches
+    assert (run["cfg"], run["cfg_auto"]) == ("batched", True)  # --cfg auto at 32 tokens
     assert run["peak_memory_bytes"] == {"text_encoding": None, "denoising": None, "vae_decode": None}
     assert list(run["stage_wall_ns"]) == ["text_encoding", "denoising", "vae_decode"]
     assert all(v > 0 for v in run["stage_wall_ns"].values())
     assert len(run["step_wall_ns"]) == 3
-    assert report["notes"][:2] == [RANDOM_NOTE, CPU_NOTE]
+    assert report["notes"][:3] == [RANDOM_NOTE, CPU_NOTE, cfg_note(run)]
+    assert cfg_note(run) == ("CFG batched: cond and uncond as one B=2 DiT forward per step "
+                             "(--cfg auto, L = 32 tokens <= 8,192: batched up to it, sequential above).")
 
 
 def test_two_steps_whose_times_are_the_traces(default_run):
@@ -115,8 +118,9 @@ def test_host_time_by_op(default_run):
     assert sum(op["total_ns"] for op in h["ops"]) == h["aten_time_ns"]
     names = [op["name"] for op in h["ops"]]
     assert "aten::linear" in names and names[-1] == "other" and len(names) == 11
-    # 2 steps x 2 CFG branches x (2 blocks x (q, k, v, o twice + 2 FFN) + text 2 + time 2 + projection 1 + head 1)
-    assert next(op["count"] for op in h["ops"] if op["name"] == "aten::linear") == 2 * 2 * (2 * 10 + 6)
+    # 2 steps x 1 batched CFG forward x (2 blocks x (q, k, v, o twice + 2 FFN) + text 2 + time 2 + projection 1
+    # + head 1)
+    assert next(op["count"] for op in h["ops"] if op["name"] == "aten::linear") == 2 * (2 * 10 + 6)
 
 
 def lookup_frame() -> str:

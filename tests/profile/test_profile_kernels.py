@@ -20,7 +20,7 @@ def test_profile_runs_on_the_fused_ops(tmp_path):
     con = open_traces([tmp_path / "trace.json.gz"])
     ops = dict(con.execute(
         "SELECT name, count(*) FROM cpu_ops WHERE name LIKE 'wanscope::%' GROUP BY name").fetchall())
-    # tiny: 2 blocks x 2 CFG branches in one step; per block one norm_modulate, two
+    # tiny: 2 blocks x 1 batched CFG forward (B=2) in one step; per block one norm_modulate, two
     # add_norm_modulate, one gated_add, and q/k rms_norm_rope in self- and cross-attention.
-    assert ops == {"wanscope::norm_modulate": 4, "wanscope::add_norm_modulate": 8,
-                   "wanscope::gated_add": 4, "wanscope::rms_norm_rope": 16}
+    assert ops == {"wanscope::norm_modulate": 2, "wanscope::add_norm_modulate": 4,
+                   "wanscope::gated_add": 2, "wanscope::rms_norm_rope": 8}

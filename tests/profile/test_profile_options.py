@@ -22,13 +22,30 @@ def test_defaults_by_machine():
         "tiny", 64, 64, 5, 4, "cpu", "fp32")
     for o in (gpu, cpu):
         assert (o.warmup, o.profile_steps, o.profiled_steps, o.random_weights) == (1, 3, [1, 2, 3], True)
-        assert (o.attention, o.cfg, o.compile, o.legacy_step_lookup) == ("sdpa", "sequential", False, False)
+        assert (o.attention, o.compile, o.legacy_step_lookup, o.cfg_auto) == ("sdpa", False, False, True)
+    # --cfg auto: 32,760 DiT tokens at 832x480x81 run sequential, tiny's 32 batched
+    assert (gpu.cfg, cpu.cfg) == ("sequential", "batched")
 
 
-@pytest.mark.parametrize("cuda", [True, False])
-def test_child_arguments_reproduce_the_options(cuda):
+# the two sizes of the H200 measurement behind CFG_BATCHED_MAX_TOKENS (benchmarks/RESULTS.md run 10)
+@pytest.mark.parametrize("size, frames, auto", [("832x480", 81, "sequential"), ("416x240", 21, "batched")])
+def test_cfg_auto_by_size_and_explicit_overrides(size, frames, auto):
+    def cfg(**kw):
+        o = resolve(cuda=True, size=size, frames=frames, **kw)
+        return o.cfg, o.cfg_auto
+
+    assert cfg() == cfg(cfg="auto") == (auto, True)
+    assert cfg(cfg="sequential") == ("sequential", False)
+    assert cfg(cfg="batched") == ("batched", False)
+    # CFG parallel runs each branch as a B=1 forward on its own rank; Ulysses keeps the rule
+    assert cfg(parallel="cfg") == cfg(parallel="cfg+ulysses") == ("sequential", True)
+    assert cfg(parallel="ulysses") == (auto, True)
+
+
+@pytest.mark.parametrize("cuda, cfg", [(True, "batched"), (False, "sequential"), (True, None)])
+def test_child_arguments_reproduce_the_options(cuda, cfg):
     opts = resolve(cuda, preset="wan2.1-t2v-14b", checkpoint=Path("/ckpt"), size="1280x720", frames=21,
-                   steps=30, warmup=2, profile_steps=4, compile=True, attention="flash", cfg="batched",
+                   steps=30, warmup=2, profile_steps=4, compile=True, attention="flash", cfg=cfg,
                    legacy_step_lookup=True)
     ctx = profile.make_context("profile", opts.cli_args())
     p = ctx.params

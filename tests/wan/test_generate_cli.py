@@ -38,6 +38,8 @@ def test_generate_random_weights_writes_decodable_mp4(tmp_path):
     info = json.loads(out.with_suffix(".json").read_text())
     assert info["random_weights"] is True and info["note"].startswith("RANDOM WEIGHTS")
     assert (info["frames"], info["height"], info["width"], info["steps"]) == (5, 64, 64, 2)
+    # 2 x 4 x 4 = 32 DiT tokens: --cfg auto batches cond and uncond
+    assert (info["tokens"], info["cfg"], info["cfg_auto"]) == (32, "batched", True)
     if not torch.cuda.is_available():
         assert info["peak_memory_bytes"] == {"text_encoding": None, "denoising": None, "vae_decode": None}
     with Image.open(out.with_suffix(".png")) as sheet:
@@ -114,11 +116,12 @@ def test_generate_from_diffusers_layout_checkpoint(tmp_path, diffusers_dit):
     root = write_diffusers_checkpoint(tmp_path / "ckpt", diffusers_dit)
     out = tmp_path / "real.mp4"
     r = wanscope(*TINY, "--checkpoint", str(root), "--size", "32x32", "--frames", "5", "--steps", "2",
-                 "--out", str(out))
+                 "--cfg", "sequential", "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert "RANDOM" not in r.stderr
     info = json.loads(out.with_suffix(".json").read_text())
     assert info["random_weights"] is False and info["note"] is None and info["checkpoint"] == str(root)
+    assert (info["cfg"], info["cfg_auto"]) == ("sequential", False)  # the explicit mode, not auto's batched
     reader = imageio_ffmpeg.read_frames(str(out))
     assert reader.__next__()["size"] == (32, 32) and len(list(reader)) == 5
 

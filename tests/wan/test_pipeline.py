@@ -9,9 +9,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from wanscope.errors import UsageError  # noqa: E402
 from wanscope.wan import ranges  # noqa: E402
-from wanscope.wan.config import PRESETS  # noqa: E402
-from wanscope.wan.pipeline import Components, denoise, initial_noise, latent_shape  # noqa: E402
+from wanscope.wan.config import CFG_BATCHED_MAX_TOKENS, PRESETS, dit_tokens, resolve_cfg  # noqa: E402
+from wanscope.wan.pipeline import Components, Request, denoise, initial_noise, latent_shape  # noqa: E402
 from wanscope.wan.sampler import FlowSampler, flow_schedule  # noqa: E402
 
 SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")
@@ -71,6 +72,38 @@ def test_batched_cfg_is_one_forward_per_step_and_matches_sequential():
         out[mode] = denoise(dit, noise, cond, uncond, sampler, guidance=5.0, cfg=mode)
     err = ((out["batched"] - out["sequential"]).abs().max() / out["sequential"].abs().max()).item()
     assert err <= 1e-5, err
+
+
+# The two sizes of the H200 measurement behind CFG_BATCHED_MAX_TOKENS (benchmarks/RESULTS.md run 10):
+# (width, height, frames), L, the mode --cfg auto picks
+MEASURED = [((832, 480, 81), 32_760, "sequential"), ((416, 240, 21), 2_340, "batched")]
+
+
+@pytest.mark.parametrize("size, tokens, mode", MEASURED)
+def test_auto_cfg_picks_the_faster_mode_at_the_measured_sizes(size, tokens, mode):
+    width, height, frames = size
+    config = PRESETS["wan2.1-t2v-1.3b"]
+    assert dit_tokens(config, height, width, frames) == tokens
+    assert resolve_cfg("auto", tokens) == mode
+    s = config.sampling
+    req = Request("a fox", "", height, width, frames, s.steps, s.guidance, s.shift, 0)
+    assert req.cfg == s.cfg == "auto"
+    assert req.with_cfg_resolved(config).cfg == mode
+    # explicit modes are kept; CFG parallel runs one B=1 branch per rank
+    for explicit in ("sequential", "batched"):
+        assert Request("a fox", "", height, width, frames, 50, 5.0, 5.0, 0, cfg=explicit
+                       ).with_cfg_resolved(config).cfg == explicit
+    assert req.with_cfg_resolved(config, cfg_parallel=True).cfg == "sequential"
+
+
+def test_auto_cfg_threshold_is_inclusive_and_unknown_modes_fail():
+    assert resolve_cfg("auto", CFG_BATCHED_MAX_TOKENS) == "batched"
+    assert resolve_cfg("auto", CFG_BATCHED_MAX_TOKENS + 1) == "sequential"
+    with pytest.raises(UsageError, match="unknown cfg mode 'parallel'; known: auto, sequential, batched"):
+        resolve_cfg("parallel", 100)
+    dit, noise, cond, uncond = tiny_loop_inputs()
+    with pytest.raises(UsageError, match="denoise runs cfg 'sequential' or 'batched', got 'auto'"):
+        denoise(dit, noise, cond, uncond, FlowSampler(flow_schedule(STEPS, 5.0)), 5.0, cfg="auto")
 
 
 def test_window_of_steps_with_callback_equals_full_run():

@@ -64,14 +64,15 @@ def check_heads(num_heads: int, ulysses_degree: int, cfg_degree: int = 1) -> Non
 
 
 def check_cfg_parallel(guidance: float, cfg_mode: str) -> None:
-    """CFG parallel needs two branches, each a B=1 forward on its own rank.
+    """CFG parallel needs two branches, each a B=1 forward on its own rank (``--cfg auto``
+    resolves to ``sequential`` there: ``wan/config.py`` ``resolve_cfg``).
 
     Raises:
         UsageError: guidance <= 1 (only the cond branch runs) or ``--cfg batched``.
     """
     if guidance <= 1.0:
         raise UsageError(f"CFG parallel needs guidance > 1 (two branches), got {guidance:g}; use --parallel ulysses")
-    if cfg_mode != "sequential":
+    if cfg_mode == "batched":
         raise UsageError(f"CFG parallel runs each branch on its own rank; --cfg {cfg_mode} does not apply")
 
 

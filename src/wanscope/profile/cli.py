@@ -22,7 +22,7 @@ import click
 from wanscope.errors import UsageError
 from wanscope.parallel.plan import DEFAULT_TIMEOUT_S, PARALLEL_MODES, check_cfg_parallel
 from wanscope.profile import options as defaults
-from wanscope.wan.config import PRESETS
+from wanscope.wan.config import CFG_BATCHED_MAX_TOKENS, CFG_MODES, PRESETS
 
 
 def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
@@ -47,8 +47,10 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
 @click.option("--compile", "compile_", is_flag=True, help="Regional torch.compile of the repeated DiT block.")
 @click.option("--attention", type=click.Choice(defaults.ATTENTION_BACKENDS), default="sdpa", show_default=True,
               help="Attention backend (sdpa lets PyTorch pick).")
-@click.option("--cfg", type=click.Choice(defaults.CFG_MODES), default=None,
-              help="Cond and uncond as two forwards or one B=2 forward. Default: sequential.")
+@click.option("--cfg", type=click.Choice(CFG_MODES), default=None,
+              help=f"Cond and uncond as two forwards or one B=2 forward. Default: auto, batched up to "
+                   f"{CFG_BATCHED_MAX_TOKENS:,} DiT tokens (tiny; 416x240x21), sequential above (832x480x81); "
+                   f"sequential under --parallel cfg.")
 @click.option("--kernels", type=click.Choice(defaults.KERNELS), default="torch", show_default=True,
               help="DiT ops: the torch reference or the fused Triton kernels (wanscope.kernels).")
 @click.option("--legacy-step-lookup", is_flag=True,
@@ -86,7 +88,7 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
 
     cuda = torch.cuda.is_available()
     opts = resolve(cuda, preset, checkpoint, random_weights, size, frames, steps, warmup, profile_steps,
-                   compile_, attention, cfg, legacy_step_lookup, kernels)
+                   compile_, attention, cfg, legacy_step_lookup, kernels, parallel)
     cfg_model = PRESETS[opts.preset]
     request(opts).validate(cfg_model.vae.stride, cfg_model.dit.patch_size)
     if checkpoint is not None:

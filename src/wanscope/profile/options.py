@@ -13,7 +13,7 @@ from pathlib import Path
 
 from wanscope.errors import UsageError
 from wanscope.wan.cli import parse_size
-from wanscope.wan.config import get_preset
+from wanscope.wan.config import dit_tokens, get_preset, resolve_cfg
 
 CUDA_PRESET = "wan2.1-t2v-1.3b"
 CPU_PRESET = "tiny"
@@ -23,7 +23,6 @@ OUT_DIR = Path("wanscope-profile")
 # Text is padded to the DiT's text length, so the prompt changes no shape and no timing.
 PROMPT = "A red fox trots through fresh snow in a pine forest at dawn, soft golden light"
 ATTENTION_BACKENDS = ("sdpa", "cudnn", "flash", "efficient", "math")
-CFG_MODES = ("sequential", "batched")
 KERNELS = ("torch", "triton")
 
 
@@ -40,7 +39,9 @@ class ProfileOptions:
         profile_steps: denoising steps profiled after the warm-up.
         compile: regional ``torch.compile`` of the repeated DiT block.
         attention: attention backend name (``wan/attention.py``).
-        cfg: ``sequential`` (two forwards per step) or ``batched`` (one B=2 forward).
+        cfg: the CFG mode that runs: ``sequential`` (two forwards per step) or ``batched``
+            (one B=2 forward).
+        cfg_auto: ``cfg`` was chosen by ``--cfg auto`` (``wan/config.py`` ``resolve_cfg``).
         kernels: ``torch`` (reference ops) or ``triton`` (the fused kernels of ``wanscope.kernels``).
         legacy_step_lookup: the sampler finds its step index with a device ``.item()``.
         device: ``cuda`` or ``cpu``; dtype: ``bf16`` (CUDA) or ``fp32`` (CPU).
@@ -61,6 +62,7 @@ class ProfileOptions:
     device: str
     dtype: str
     kernels: str = "torch"
+    cfg_auto: bool = False
 
     @property
     def random_weights(self) -> bool:
@@ -82,7 +84,8 @@ class ProfileOptions:
         args += ["--checkpoint", str(self.checkpoint)] if self.checkpoint else ["--random-weights"]
         args += ["--size", f"{self.width}x{self.height}", "--frames", str(self.frames),
                  "--steps", str(self.steps), "--warmup", str(self.warmup),
-                 "--profile-steps", str(self.profile_steps), "--attention", self.attention, "--cfg", self.cfg,
+                 "--profile-steps", str(self.profile_steps), "--attention", self.attention,
+                 "--cfg", "auto" if self.cfg_auto else self.cfg,
                  "--kernels", self.kernels]
         if self.compile:
             args.append("--compile")
@@ -106,11 +109,14 @@ def resolve(
     cfg: str | None = None,
     legacy_step_lookup: bool = False,
     kernels: str = "torch",
+    parallel: str | None = None,
 ) -> ProfileOptions:
     """Fill in the defaults and check the options against each other.
 
     Args:
         cuda: whether a CUDA device is available (picks the default preset, device, dtype).
+        cfg: ``auto`` (the preset's default) resolves by the DiT's token count.
+        parallel: the ``--parallel`` mode; under CFG parallel ``auto`` is ``sequential``.
         Others: as the command-line options; None takes the preset's value.
 
     Raises:
@@ -120,7 +126,8 @@ def resolve(
     if checkpoint is not None and random_weights:
         raise UsageError("give --checkpoint DIR or --random-weights, not both")
     preset = preset or (CUDA_PRESET if cuda else CPU_PRESET)
-    sampling = get_preset(preset).sampling
+    config = get_preset(preset)
+    sampling = config.sampling
     height, width = parse_size(size) if size else (sampling.height, sampling.width)
     steps = sampling.steps if steps is None else steps
     if steps < 1:
@@ -138,13 +145,13 @@ def resolve(
         raise UsageError(f"unknown attention backend {attention!r}; known: {', '.join(ATTENTION_BACKENDS)}")
     if kernels not in KERNELS:
         raise UsageError(f"unknown kernels {kernels!r}; known: {', '.join(KERNELS)}")
+    frames = sampling.frames if frames is None else frames
     cfg = cfg or sampling.cfg
-    if cfg not in CFG_MODES:
-        raise UsageError(f"unknown cfg mode {cfg!r}; known: {', '.join(CFG_MODES)}")
+    cfg_parallel = parallel is not None and parallel != "ulysses"
     return ProfileOptions(
-        preset=preset, checkpoint=checkpoint, height=height, width=width,
-        frames=sampling.frames if frames is None else frames, steps=steps, warmup=warmup,
-        profile_steps=profile_steps, compile=compile, attention=attention, cfg=cfg,
+        preset=preset, checkpoint=checkpoint, height=height, width=width, frames=frames, steps=steps,
+        warmup=warmup, profile_steps=profile_steps, compile=compile, attention=attention,
+        cfg=resolve_cfg(cfg, dit_tokens(config, height, width, frames), cfg_parallel),
         legacy_step_lookup=legacy_step_lookup, device="cuda" if cuda else "cpu",
-        dtype="bf16" if cuda else "fp32", kernels=kernels,
+        dtype="bf16" if cuda else "fp32", kernels=kernels, cfg_auto=cfg == "auto",
     )

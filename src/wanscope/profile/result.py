@@ -19,6 +19,7 @@ from wanscope.report.units import fmt_ns, fmt_pct
 from wanscope.report.write import write_report
 from wanscope.trace import open_traces
 from wanscope.clitools import console as make_console
+from wanscope.wan.config import CFG_BATCHED_MAX_TOKENS
 
 CPU_NOTE = (
     "CPU run (no CUDA): the per-step host times, the host time by op and the syncs a GPU would "
@@ -40,9 +41,23 @@ def title(run: dict) -> str:
     return text + (", RANDOM WEIGHTS" if run["random_weights"] else "")
 
 
+def cfg_note(run: dict) -> str:
+    """Which CFG mode ran and why (``--cfg``, or the auto rule on the run's token count)."""
+    mode, tokens = run["cfg"], run["tokens"]
+    if (run.get("parallel") or {}).get("cfg_degree", 1) > 1:
+        what, why = "cond and uncond on ranks of their own, one B=1 forward each per step", "CFG parallel"
+    else:
+        what = {"sequential": "cond and uncond as two B=1 DiT forwards per step",
+                "batched": "cond and uncond as one B=2 DiT forward per step"}[mode]
+        rule = "<=" if tokens <= CFG_BATCHED_MAX_TOKENS else ">"
+        why = f"L = {tokens:,} tokens {rule} {CFG_BATCHED_MAX_TOKENS:,}: batched up to it, sequential above"
+    return f"CFG {mode}: {what} ({'--cfg auto, ' + why if run['cfg_auto'] else '--cfg ' + mode})."
+
+
 def notes(run: dict) -> list[str]:
     out = [run["note"]] if run["note"] else []
     out.append(PROFILER_SYNC_NOTE if run["device"] == "cuda" else CPU_NOTE)
+    out.append(cfg_note(run))
     return out
 
 

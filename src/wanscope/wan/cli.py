@@ -18,7 +18,7 @@ import click
 
 from wanscope.errors import InputError, UsageError
 from wanscope.parallel.plan import DEFAULT_TIMEOUT_S, PARALLEL_MODES, check_cfg_parallel
-from wanscope.wan.config import PRESETS, get_preset
+from wanscope.wan.config import CFG_BATCHED_MAX_TOKENS, CFG_MODES, PRESETS, dit_tokens, get_preset
 
 RANDOM_NOTE = "RANDOM WEIGHTS (no checkpoint): timing/profiling run, not a real video"
 
@@ -78,8 +78,10 @@ def build_request(cfg, prompt: str, *, negative_prompt=None, size=None, frames=N
 @click.option("--shift", type=float, default=None, help="Flow shift of the sigma schedule. Default: 5.0.")
 @click.option("--seed", type=int, default=None, help="Noise seed. Default: 0.")
 @click.option("--solver", type=click.Choice(["unipc", "euler"]), default=None, help="Default: unipc.")
-@click.option("--cfg", "cfg_mode", type=click.Choice(["sequential", "batched"]), default=None,
-              help="Run cond and uncond as two forwards or one B=2 forward. Default: sequential.")
+@click.option("--cfg", "cfg_mode", type=click.Choice(CFG_MODES), default=None,
+              help=f"Run cond and uncond as two forwards or one B=2 forward. Default: auto, batched up to "
+                   f"{CFG_BATCHED_MAX_TOKENS:,} DiT tokens (e.g. 416x240x21), sequential above (832x480x81); "
+                   f"sequential under --parallel cfg.")
 @click.option("--attention", type=click.Choice(["sdpa", "cudnn", "flash", "efficient", "math"]), default="sdpa",
               show_default=True, help="Attention kernel.")
 @click.option("--device", default=None, help="Default: cuda if available, else cpu.")
@@ -120,6 +122,9 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
     req = build_request(cfg, prompt, negative_prompt=negative_prompt, size=size, frames=frames, steps=steps,
                         guidance=guidance, shift=shift, seed=seed, solver=solver, cfg_mode=cfg_mode,
                         legacy_step_lookup=legacy_step_lookup)
+    cfg_parallel = parallel is not None and parallel != "ulysses"
+    cfg_auto = req.cfg == "auto"
+    req = req.with_cfg_resolved(cfg, cfg_parallel)
     if checkpoint is not None:
         from wanscope.wan.weights import check_dit, detect_layout
 
@@ -128,7 +133,7 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
     if parallel is not None:
         from wanscope.parallel import setup_from_env
 
-        if parallel != "ulysses":
+        if cfg_parallel:
             check_cfg_parallel(req.guidance, req.cfg)  # before any rank waits for another
         ctx = setup_from_env(parallel, device.type, dist_timeout, num_heads=cfg.dit.num_heads)
         device = ctx.device
@@ -164,8 +169,9 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
         "prompt": req.prompt,
         "negative_prompt": req.negative_prompt,
         "height": req.height, "width": req.width, "frames": req.frames,
+        "tokens": dit_tokens(cfg, req.height, req.width, req.frames),
         "steps": req.steps, "guidance": req.guidance, "shift": req.shift, "seed": req.seed,
-        "solver": req.solver, "cfg": req.cfg, "attention": attention,
+        "solver": req.solver, "cfg": req.cfg, "cfg_auto": cfg_auto, "attention": attention,
         "parallel": parallel, "world_size": 1 if ctx is None else ctx.world_size,
         "device": str(device), "dtype": dtype, "torch": torch.__version__,
         "elapsed_s": round(elapsed_s, 3),

@@ -19,6 +19,17 @@ OFFICIAL_NEGATIVE_PROMPT = (
     "毁容的，形态畸形的肢体，手指融合，静止不动的画面，杂乱的背景，三条腿，背景人很多，倒着走"
 )
 
+# Classifier-free guidance runs cond and uncond as two B=1 DiT forwards (sequential) or one B=2
+# forward (batched); auto picks by the DiT's sequence length L (resolve_cfg).
+CFG_MODES = ("auto", "sequential", "batched")
+# auto: batched up to this many tokens, sequential above. One CFG step of our exact path on an
+# H200 (benchmarks/RESULTS.md, 2026-11-30 run 10, median of 5): at L = 2,340 (416x240x21)
+# batched took 49.4 ms against 93.9 sequential (1.90x faster); at L = 32,760 (832x480x81)
+# 1,007.2 against 1,010.1 (equal), with 1.2 GiB more peak memory (13.09 against 11.88 GiB).
+# Nothing between the two sizes is measured: 8,192 is a round number near their geometric
+# mean (8,755), not a measured crossover.
+CFG_BATCHED_MAX_TOKENS = 8192
+
 
 @dataclass(frozen=True)
 class DiTConfig:
@@ -116,7 +127,7 @@ class SamplingConfig:
     height: int = 480
     width: int = 832
     solver: str = "unipc"  # "unipc" | "euler"
-    cfg: str = "sequential"  # "sequential" | "batched": cond and uncond as one B=2 forward
+    cfg: str = "auto"  # one of CFG_MODES
     seed: int = 0
     fps: int = 16
     negative_prompt: str = OFFICIAL_NEGATIVE_PROMPT
@@ -166,3 +177,30 @@ def get_preset(name: str, **dit_overrides) -> WanConfig:
     except KeyError:
         raise UsageError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}") from None
     return replace(cfg, dit=replace(cfg.dit, **dit_overrides)) if dit_overrides else cfg
+
+
+def dit_tokens(config: WanConfig, height: int, width: int, frames: int) -> int:
+    """The DiT's sequence length L for a video of ``frames`` x ``height`` x ``width`` pixels:
+    latent frames ``(frames - 1) / 4 + 1`` and rows and columns ``/ 8`` (the VAE's stride), in
+    patches of 1x2x2 (832x480x81: 21 x 30 x 52 = 32,760)."""
+    sf, sh, sw = config.vae.stride
+    pf, ph, pw = config.dit.patch_size
+    return ((frames - 1) // sf + 1) // pf * (height // sh // ph) * (width // sw // pw)
+
+
+def resolve_cfg(mode: str, tokens: int, cfg_parallel: bool = False) -> str:
+    """The CFG mode that runs, ``sequential`` or ``batched``.
+
+    ``auto`` is ``batched`` at ``tokens`` <= ``CFG_BATCHED_MAX_TOKENS`` and ``sequential``
+    above; under CFG parallel (each branch a B=1 forward on its own rank) it is ``sequential``.
+    An explicit mode is returned as given (CFG parallel refuses ``batched``:
+    ``parallel/plan.py`` ``check_cfg_parallel``).
+
+    Raises:
+        UsageError: unknown mode.
+    """
+    if mode not in CFG_MODES:
+        raise UsageError(f"unknown cfg mode {mode!r}; known: {', '.join(CFG_MODES)}")
+    if mode != "auto":
+        return mode
+    return "batched" if tokens <= CFG_BATCHED_MAX_TOKENS and not cfg_parallel else "sequential"

@@ -14,7 +14,7 @@ ends with the same latents, and rank 0 alone decodes the video.
 from __future__ import annotations
 
 import gc
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -28,18 +28,21 @@ from wanscope.parallel.text import broadcast_text_states
 from wanscope.parallel.ulysses import shard_dit
 from wanscope.wan import ranges
 from wanscope.wan.attention import AttentionBackend
-from wanscope.wan.config import WanConfig
+from wanscope.wan.config import CFG_MODES, WanConfig, dit_tokens, resolve_cfg
 from wanscope.wan.dit import WanDiT
 from wanscope.wan.sampler import SOLVERS, FlowSampler, flow_schedule
 
-CFG_MODES = ("sequential", "batched")
 # per-step hook: (step index, latents after the step) -> None
 StepCallback = Callable[[int, torch.Tensor], None]
 
 
 @dataclass(frozen=True)
 class Request:
-    """One generation. Sizes are explicit height/width (the CLI takes WIDTHxHEIGHT)."""
+    """One generation. Sizes are explicit height/width (the CLI takes WIDTHxHEIGHT).
+
+    ``cfg`` is one of ``config.CFG_MODES``; ``auto`` becomes the mode that runs in
+    ``with_cfg_resolved``.
+    """
 
     prompt: str
     negative_prompt: str
@@ -51,7 +54,7 @@ class Request:
     shift: float
     seed: int
     solver: str = "unipc"
-    cfg: str = "sequential"
+    cfg: str = "auto"
     legacy_step_lookup: bool = False
 
     def validate(self, vae_stride: tuple[int, int, int], patch: tuple[int, int, int]) -> None:
@@ -77,6 +80,12 @@ class Request:
             raise UsageError(f"unknown solver {self.solver!r}; known: {', '.join(SOLVERS)}")
         if self.cfg not in CFG_MODES:
             raise UsageError(f"unknown cfg mode {self.cfg!r}; known: {', '.join(CFG_MODES)}")
+
+    def with_cfg_resolved(self, config: WanConfig, cfg_parallel: bool = False) -> Request:
+        """This request with ``cfg`` the mode that runs (``config.resolve_cfg`` on the DiT's
+        token count for this size; ``cfg_parallel``: the branches run on two ranks)."""
+        tokens = dit_tokens(config, self.height, self.width, self.frames)
+        return replace(self, cfg=resolve_cfg(self.cfg, tokens, cfg_parallel))
 
 
 @dataclass
@@ -115,8 +124,6 @@ class Components:
             torch.manual_seed(0)
             cfg = self.config.dit
             if self.dit_overrides:
-                from dataclasses import replace
-
                 cfg = replace(cfg, **self.dit_overrides)
             with torch.device(self.device):
                 model = WanDiT(cfg).init_weights()
@@ -177,7 +184,8 @@ def denoise(
     """Run steps ``start..stop-1`` of ``sampler``'s schedule with classifier-free guidance.
 
     ``velocity = uncond + guidance * (cond - uncond)``; with ``guidance <= 1`` only the cond
-    branch runs. ``batched`` runs cond and uncond as one B=2 forward, ``sequential`` as two.
+    branch runs. ``cfg``: ``batched`` runs cond and uncond as one B=2 forward, ``sequential``
+    as two (``auto`` is the caller's to resolve: ``Request.with_cfg_resolved``).
 
     Args:
         latents: [1, C, F, H, W] fp32 at sigma[start] (equal on every rank under ``parallel``).
@@ -190,9 +198,12 @@ def denoise(
         Latents at sigma[stop], fp32, equal on every rank.
 
     Raises:
-        UsageError: CFG parallel with guidance <= 1 or ``cfg="batched"``.
+        UsageError: ``cfg`` neither ``sequential`` nor ``batched``; CFG parallel with
+            guidance <= 1 or ``cfg="batched"``.
         ParallelError: a collective failed.
     """
+    if cfg not in ("sequential", "batched"):
+        raise UsageError(f"denoise runs cfg 'sequential' or 'batched', got {cfg!r}")
     cfg_parallel = parallel is not None and parallel.cfg_degree > 1
     if cfg_parallel:
         check_cfg_parallel(guidance, cfg)
@@ -328,7 +339,8 @@ def sample(
     dit: WanDiT, req: Request, cond: torch.Tensor, uncond: torch.Tensor, cfg: WanConfig, device: torch.device,
     on_step: StepCallback | None = None, parallel: ParallelContext | None = None,
 ) -> torch.Tensor:
-    """The request's denoising run on a loaded DiT: its seeded noise through its whole schedule.
+    """The request's denoising run on a loaded DiT: its seeded noise through its whole schedule,
+    with ``req.cfg`` resolved here when it is ``auto`` (``Request.with_cfg_resolved``).
 
     Args:
         cond, uncond: [1, text_len, text_dim] text states (cast to the DiT's dtype here).
@@ -337,6 +349,7 @@ def sample(
     Returns:
         Final latents [1, C, F', H', W'] fp32 on ``device``.
     """
+    req = req.with_cfg_resolved(cfg, cfg_parallel=parallel is not None and parallel.cfg_degree > 1)
     sampler = FlowSampler(flow_schedule(req.steps, req.shift), req.solver, req.legacy_step_lookup)
     noise = initial_noise(latent_shape(cfg, req.height, req.width, req.frames), req.seed, device)
     return denoise(dit, noise, cond.to(dit.dtype), uncond.to(dit.dtype), sampler, req.guidance, req.cfg,

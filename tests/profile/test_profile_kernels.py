@@ -1,11 +1,13 @@
 """`wanscope profile --kernels triton` profiles the DiT on the fused custom ops (on the CPU their
-torch twins run under the same op names), and the run object says which kernels ran."""
+torch twins run under the same op names, and the notes say so), and the run object says which
+kernels ran."""
 
 import json
 import os
 import subprocess
 import sys
 
+from wanscope.profile.result import KERNELS_CPU_NOTE
 from wanscope.trace import open_traces
 
 
@@ -16,7 +18,10 @@ def test_profile_runs_on_the_fused_ops(tmp_path):
     r = subprocess.run([sys.executable, "-m", "wanscope", "profile", "--preset", "tiny", "--profile-steps", "1",
                         "--kernels", "triton", "--out", str(tmp_path)], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
-    assert json.loads((tmp_path / "report.json").read_text())["run"]["kernels"] == "triton"
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["run"]["kernels"] == "triton"
+    assert (KERNELS_CPU_NOTE in report["notes"]) == (report["run"]["device"] == "cpu")
+    assert (KERNELS_CPU_NOTE in " ".join(r.stdout.split())) == (report["run"]["device"] == "cpu")  # rich wraps it
     con = open_traces([tmp_path / "trace.json.gz"])
     ops = dict(con.execute(
         "SELECT name, count(*) FROM cpu_ops WHERE name LIKE 'wanscope::%' GROUP BY name").fetchall())

@@ -31,6 +31,11 @@ PROFILER_SYNC_NOTE = (
     "The cudaDeviceSynchronize after the last profiled step is the profiler's own: it waits for "
     "the GPU before closing the capture. Syncs inside a step range are the engine's."
 )
+KERNELS_CPU_NOTE = (
+    "--kernels triton on the CPU: the fused ops (wanscope::norm_modulate, ...) ran as their torch "
+    "references (the same math in fp32), not as Triton kernels; TRITON_INTERPRET=1 runs the kernels "
+    "in Triton's interpreter, a CUDA GPU runs them for real."
+)
 
 
 def title(run: dict) -> str:
@@ -57,6 +62,11 @@ def cfg_note(run: dict) -> str:
 def notes(run: dict) -> list[str]:
     out = [run["note"]] if run["note"] else []
     out.append(PROFILER_SYNC_NOTE if run["device"] == "cuda" else CPU_NOTE)
+    if run["kernels"] == "triton" and run["device"] == "cpu":
+        from wanscope.kernels._dispatch import INTERPRET
+
+        if not INTERPRET:
+            out.append(KERNELS_CPU_NOTE)
     out.append(cfg_note(run))
     return out
 

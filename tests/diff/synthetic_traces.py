@@ -78,6 +78,13 @@ NEW_EVENTS = [
     kernel("triton__0d1d2de", 1280, 5, 5),
 ]
 
+# Two CPU runs (no CUDA activities): BASE's steps take 100 and 120 us on the host (mean 110),
+# NEW's 80 and 85 (mean 82.5): NEW is 25% faster in mean step CPU time.
+CPU_BASE_EVENTS = [host("ProfilerStep#1", 1000, 100, "user_annotation"), host("aten::add", 1010, 10),
+                   host("ProfilerStep#2", 1200, 120, "user_annotation"), host("aten::add", 1210, 10)]
+CPU_NEW_EVENTS = [host("ProfilerStep#1", 1000, 80, "user_annotation"), host("aten::add", 1010, 10),
+                  host("ProfilerStep#2", 1200, 85, "user_annotation"), host("aten::add", 1210, 10)]
+
 
 def write_trace(path, events):
     """A Kineto trace file holding ``events``; returns ``path``."""
@@ -88,3 +95,9 @@ def write_trace(path, events):
 def base_and_new(tmp_path):
     """(BASE path, NEW path) written under ``tmp_path``."""
     return write_trace(tmp_path / "base.json", BASE_EVENTS), write_trace(tmp_path / "new.json", NEW_EVENTS)
+
+
+def cpu_base_and_new(tmp_path):
+    """The two CPU runs' (BASE path, NEW path) written under ``tmp_path``."""
+    return (write_trace(tmp_path / "cpu_base.json", CPU_BASE_EVENTS),
+            write_trace(tmp_path / "cpu_new.json", CPU_NEW_EVENTS))

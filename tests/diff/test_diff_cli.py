@@ -2,13 +2,14 @@
 as one line with exit code 2, and no torch import."""
 
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from synthetic_traces import base_and_new, kernel, launch, write_trace
+from synthetic_traces import base_and_new, cpu_base_and_new, kernel, launch, write_trace
 
 
 def run_cli(*args):
@@ -53,7 +54,7 @@ def test_fail_if_slower_when_new_is_slower(paths, pct, code):
     assert r.returncode == code, r.stderr
     assert json.loads(r.stdout)["delta"]["time_change_pct"] == 29.1667
     if code:
-        assert r.stderr.strip() == (f"wanscope: NEW is 29.17% slower than BASE (step time), "
+        assert r.stderr.strip() == (f"wanscope: NEW is 29.17% slower than BASE (mean step GPU time), "
                                     f"more than --fail-if-slower {pct:g}%")
 
 
@@ -67,7 +68,36 @@ def test_fail_if_slower_without_gpu_work_is_an_error(tmp_path, paths):
     r = run_cli("diff", cpu_only, paths[1], "--fail-if-slower", "5", "--format", "json")
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1] == (
-        "wanscope: error: --fail-if-slower: the times cannot be compared (a trace has no GPU activity)")
+        "wanscope: error: --fail-if-slower: the times cannot be compared: NEW has GPU activity and BASE none "
+        "(a GPU time does not compare with a CPU one)")
+    r = run_cli("diff", cpu_only, cpu_base_and_new(tmp_path)[1], "--fail-if-slower", "5", "--format", "json")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1] == (
+        "wanscope: error: --fail-if-slower: the times cannot be compared: neither trace has GPU activity and "
+        "BASE has no steps whose CPU time could compare instead")
+
+
+def test_two_cpu_runs_compare_and_fail_on_step_cpu_time(tmp_path):
+    base, new = cpu_base_and_new(tmp_path)  # mean step CPU time 110 -> 82.5 us
+    assert run_cli("diff", base, new, "--fail-if-slower", "0", "--format", "json").returncode == 0
+    r = run_cli("diff", new, base, "--fail-if-slower", "5", "--format", "json")
+    assert r.returncode == 1 and json.loads(r.stdout)["delta"]["time_change_pct"] == 33.3333
+    assert r.stderr.strip().splitlines()[-1] == (
+        "wanscope: NEW is 33.33% slower than BASE (mean step CPU time), more than --fail-if-slower 5%")
+    r = subprocess.run([sys.executable, "-m", "wanscope", "diff", str(base), str(new)], capture_output=True,
+                       text=True, env={**os.environ, "COLUMNS": "200"})  # rows on one line each
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"time \(mean step CPU time\) +│ 110\.0 us +│ 82\.5 us +│ -27\.5 us \(-25\.00%\)", r.stdout)
+    assert re.search(r"steps +│ 2 +│ 2 +│ \+0", r.stdout)
+    assert "kernels and time by category: no GPU activity in either trace" in r.stdout
+    assert "0 names" not in r.stdout and "kernels only in" not in r.stdout  # no empty tables
+
+
+def test_empty_kernel_lists_are_one_line_not_an_empty_table(paths):
+    r = run_cli("diff", paths[1], paths[1])
+    assert r.returncode == 0, r.stderr
+    assert "kernels only in NEW: none" in r.stdout.splitlines()
+    assert "kernels only in BASE: none" in r.stdout.splitlines()
 
 
 def test_nothing_in_common_warns(tmp_path, paths):
@@ -102,8 +132,21 @@ def test_bad_file_is_one_line_exit_2(tmp_path, paths, content, message):
 def test_out_goes_with_html(tmp_path, paths):
     r = run_cli("diff", *paths, "--format", "html")
     assert r.returncode == 2 and r.stderr.strip() == "wanscope: error: --format html needs --out FILE"
-    r = run_cli("diff", *paths, "--out", tmp_path / "x.html")
-    assert r.returncode == 2 and r.stderr.strip() == "wanscope: error: --out is for --format html"
+    refused = ("wanscope: error: --out is for --format html "
+               "(implied when --out ends in .html and --format is not given)")
+    for args in (["--out", tmp_path / "x.json"], ["--format", "json", "--out", tmp_path / "x.html"],
+                 ["--format", "table", "--out", tmp_path / "x.html"]):
+        r = run_cli("diff", *paths, *args)
+        assert r.returncode == 2 and r.stderr.strip() == refused
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_html_out_implies_the_html_format(tmp_path, paths):
+    out = tmp_path / "x.HTML"
+    r = run_cli("diff", *paths, "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith(f"wrote {out}")
+    assert "57.14% &rarr; 69.57%" in out.read_text()
 
 
 def test_html_file(tmp_path, paths):
@@ -133,4 +176,4 @@ def test_readme_documents_the_command_and_every_json_field(paths):
     documented = set(re.findall(r"^\| `([a-z_]+)(?:\[\])?`(?:, `([a-z_]+)`)?", section, re.M))
     documented = {name for pair in documented for name in pair if name}
     doc = json.loads(run_cli("diff", *paths, "--format", "json").stdout)
-    assert set(doc) - {"schema_version"} == documented
+    assert set(doc) == documented

@@ -1,8 +1,9 @@
 """``diff`` on two synthetic traces whose numbers are computed by hand in
-``synthetic_traces.py``; and the cases of one side without steps or GPU work."""
+``synthetic_traces.py``; the cases of one side without steps or GPU work, and two CPU runs
+compared by their steps' CPU time."""
 
 import pytest
-from synthetic_traces import BASE_EVENTS, base_and_new, kernel, launch, write_trace
+from synthetic_traces import BASE_EVENTS, base_and_new, cpu_base_and_new, kernel, launch, write_trace
 
 from wanscope.analysis.diff import diff
 from wanscope.analysis.summary import analyze
@@ -124,6 +125,32 @@ def test_side_without_gpu_work(tmp_path, paths):
     assert r["delta"]["time_change_pct"] is None
     assert r["attention"] == {"base_pct": None, "new_pct": 69.5652, "delta_pct": None}
     assert r["warnings"][0].startswith("BASE (") and "has no GPU activity" in r["warnings"][0]
+    assert r["time_basis"] == "window"  # a GPU time does not compare with a CPU one
+
+
+def test_two_cpu_runs_compare_their_steps_cpu_time(tmp_path):
+    base, new = cpu_base_and_new(tmp_path)
+    r = diff(open_traces([base]), open_traces([new]), "cpu_base.json", "cpu_new.json")
+    assert r["time_basis"] == "cpu_step"
+    fields = ("devices", "steps", "mean_step_ns", "cpu_steps", "mean_step_cpu_ns", "longest_window_ns", "time_ns")
+    assert [[r[side][k] for k in fields] for side in ("base", "new")] == [
+        [0, 0, None, 2, 110_000, None, 110_000], [0, 0, None, 2, 82_500, None, 82_500]]
+    assert (r["delta"]["time_ns"], r["delta"]["time_change_pct"]) == (-27_500, -25.0)
+    assert r["warnings"] == [
+        "BASE (cpu_base.json) has no GPU activity: its GPU times and shares are empty",
+        "NEW (cpu_new.json) has no GPU activity: its GPU times and shares are empty",
+        "neither trace has GPU activity: the time compared is the mean CPU time of a step (its host range), "
+        "not GPU time"]
+    assert r["categories"] == [] and r["attention"] == {"base_pct": None, "new_pct": None, "delta_pct": None}
+
+
+def test_a_cpu_run_without_steps_has_no_time(tmp_path):
+    base, new = cpu_base_and_new(tmp_path)
+    no_steps = write_trace(tmp_path / "nosteps.json", [{**e, "cat": "cpu_op"} for e in BASE_EVENTS[1:2]])
+    r = diff(open_traces([no_steps]), open_traces([new]))
+    assert r["time_basis"] == "window"
+    assert (r["base"]["cpu_steps"], r["base"]["time_ns"], r["new"]["time_ns"]) == (0, None, None)
+    assert r["delta"]["time_change_pct"] is None
 
 
 def test_compiled_against_itself(paths):

@@ -7,8 +7,10 @@ every number on one side equals what ``analyze`` reports for that trace. Definit
   over the trace's (rank, device) pairs; with one device they are ``analyze``'s numbers.
   ``utilization_pct`` = busy / window of those sums.
 - ``time_ns``, the time compared: the mean GPU time of a step (first to last GPU work
-  launched inside the step's range) when both traces have steps with GPU work, else each
-  trace's window (the longest (rank, device) window). ``time_basis`` says which.
+  launched inside the step's range) when both traces have steps with GPU work; when neither
+  trace has GPU activity (CPU runs) but both have steps, the mean CPU time of a step (its
+  host range); else each trace's window (the longest (rank, device) window). ``time_basis``
+  says which (``BASES``).
 - Shares (``*_pct``) are shares of summed kernel time, as in ``analyze``; memory
   operations are categories of their own with ``pct`` None. Share deltas are in
   percentage points; ``time_change_pct`` is relative (positive = NEW slower).
@@ -29,6 +31,8 @@ from wanscope.analysis.utilization import device_utilization
 
 SCHEMA_VERSION = 1
 SIDES = ("base", "new")
+# time_basis -> what ``time_ns`` is
+BASES = {"step": "mean step GPU time", "cpu_step": "mean step CPU time", "window": "window"}
 _SUMMED = ("window_ns", "busy_ns", "kernel_count", "kernel_time_ns", "memop_count", "memop_time_ns")
 
 
@@ -45,15 +49,19 @@ def trace_totals(con, label: str) -> dict:
 
     Returns a dict: ``label``, ``sources``, ``ingest_warnings``, ``devices`` (count),
     ``steps`` (steps with GPU work), ``mean_step_ns`` (None without such steps),
+    ``cpu_steps`` (every step), ``mean_step_cpu_ns`` (mean host range; None without steps),
     ``longest_window_ns``, the sums of ``_SUMMED`` (ns and counts), ``utilization_pct``,
     and, not part of the JSON, ``_categories`` (category -> [count, total_ns, is_kernel])
     and ``_kernels`` (name -> [count, total_ns]).
     """
     scope = Scope()
     devices = device_utilization(con, scope)
-    steps = [s["gpu_dur_ns"] for s in step_times(con, scope) if s["gpu_dur_ns"] is not None]
+    all_steps = step_times(con, scope)
+    steps = [s["gpu_dur_ns"] for s in all_steps if s["gpu_dur_ns"] is not None]
+    cpu = [s["cpu_dur_ns"] for s in all_steps]
     out = {"label": label, "sources": sources(con), "ingest_warnings": warnings(con), "devices": len(devices),
            "steps": len(steps), "mean_step_ns": round(sum(steps) / len(steps)) if steps else None,
+           "cpu_steps": len(cpu), "mean_step_cpu_ns": round(sum(cpu) / len(cpu)) if cpu else None,
            "longest_window_ns": max((d["window_ns"] for d in devices), default=None)}
     for field in _SUMMED:
         out[field] = sum(d[field] for d in devices)
@@ -139,7 +147,8 @@ def diff(base_con, new_con, base_label: str = "BASE", new_label: str = "NEW", to
 
     Returns:
         A dict: ``schema_version``, ``base`` and ``new`` (each trace's totals, see
-        :func:`trace_totals`, plus ``time_ns``), ``time_basis`` (``step`` or ``window``),
+        :func:`trace_totals`, plus ``time_ns``), ``time_basis`` (``step``, ``cpu_step`` or
+        ``window``: ``BASES``),
         ``delta``, ``attention`` (``base_pct``, ``new_pct``, ``delta_pct``), ``categories``,
         ``kernels``, ``fused_kernels``, ``fused_ops``, ``warnings`` and ``notes`` (plain
         sentences). The README documents each field.
@@ -149,15 +158,25 @@ def diff(base_con, new_con, base_label: str = "BASE", new_label: str = "NEW", to
     warn = []
     for side, t in sides.items():
         if not t["devices"]:
-            warn.append(f"{side.upper()} ({t['label']}) has no GPU activity: its times and shares are empty")
-    basis = "step" if base["steps"] and new["steps"] else "window"
+            warn.append(f"{side.upper()} ({t['label']}) has no GPU activity: its GPU times and shares are empty")
+    if base["steps"] and new["steps"]:
+        basis = "step"
+    elif not base["devices"] and not new["devices"] and base["cpu_steps"] and new["cpu_steps"]:
+        basis = "cpu_step"
+    else:
+        basis = "window"
+    key = {"step": "mean_step_ns", "cpu_step": "mean_step_cpu_ns", "window": "longest_window_ns"}[basis]
     for t in sides.values():
-        t["time_ns"] = t["mean_step_ns"] if basis == "step" else t["longest_window_ns"]
+        t["time_ns"] = t[key]
+    if basis == "cpu_step":
+        warn.append("neither trace has GPU activity: the time compared is the mean CPU time of a step "
+                    "(its host range), not GPU time")
     if basis == "window" and (base["steps"] or new["steps"]):
         with_steps = "BASE" if base["steps"] else "NEW"
         warn.append(f"only {with_steps} has steps with GPU work: times compared are whole windows")
-    if basis == "step" and base["steps"] != new["steps"]:
-        warn.append(f"BASE has {base['steps']} steps and NEW {new['steps']}: totals differ for that reason too; "
+    count = "cpu_steps" if basis == "cpu_step" else "steps"
+    if basis != "window" and base[count] != new[count]:
+        warn.append(f"BASE has {base[count]} steps and NEW {new[count]}: totals differ for that reason too; "
                     "compare the per-step time and the shares")
     kernels = _kernel_changes(base, new, top)
     if base["_kernels"] and new["_kernels"] and not kernels["common"]:

@@ -5,16 +5,17 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Column, Table
 
+from wanscope.analysis.diff import BASES
 from wanscope.analysis.fused import KINDS
 from wanscope.report.units import fmt_ns, fmt_pct
 from wanscope.clitools import console as make_console
 
 DEFINITIONS = (
-    "Definitions: time = mean GPU time of a step when both traces have steps, else the window (first to last GPU "
-    "activity); window, busy and kernel totals are summed over (rank, device); utilization = busy / window; "
+    "Definitions: time = mean GPU time of a step when both traces have steps; mean CPU time of a step (its host "
+    "range) when neither has GPU activity; else the window (first to last GPU activity); window, busy and kernel totals are summed over (rank, device); utilization = busy / window; "
     "% = share of summed kernel time; deltas of shares are in percentage points (pp)."
 )
-TIME_LABELS = {"step": "time (mean step GPU time)", "window": "time (window)"}
+TIME_LABELS = {basis: f"time ({words})" for basis, words in BASES.items()}
 
 
 def short_name(name: str, width: int = 90) -> str:
@@ -60,8 +61,9 @@ def render_diff(result: dict, console: Console | None = None) -> None:
     if d["time_change_pct"] is not None:
         change += f" ({d['time_change_pct']:+.2f}%)"
     t.add_row(TIME_LABELS[result["time_basis"]], fmt_ns(base["time_ns"]), fmt_ns(new["time_ns"]), change)
-    if result["time_basis"] == "step":
-        t.add_row("steps", str(base["steps"]), str(new["steps"]), signed_count(new["steps"] - base["steps"]))
+    count = {"step": "steps", "cpu_step": "cpu_steps"}.get(result["time_basis"])
+    if count:
+        t.add_row("steps", str(base[count]), str(new[count]), signed_count(new[count] - base[count]))
     t.add_row("window", fmt_ns(base["window_ns"]), fmt_ns(new["window_ns"]),
               signed_ns(new["window_ns"] - base["window_ns"]))
     t.add_row("busy", fmt_ns(base["busy_ns"]), fmt_ns(new["busy_ns"]), signed_ns(d["busy_ns"]))
@@ -74,29 +76,10 @@ def render_diff(result: dict, console: Console | None = None) -> None:
               f"{new['memop_count']:,} ({fmt_ns(new['memop_time_ns'])})",
               signed_ns(new["memop_time_ns"] - base["memop_time_ns"]))
     c.print(t)
-    a = result["attention"]
-    c.print(f"[bold]attention share of kernel time: {fmt_pct(a['base_pct'])} -> {fmt_pct(a['new_pct'])}[/bold] "
-            f"({signed_pp(a['delta_pct'])})")
-
-    t = Table("category", "BASE", "NEW", "change", "BASE %", "NEW %", "change", title="time by category")
-    for r in result["categories"]:
-        t.add_row(r["category"], fmt_ns(r["base_ns"]), fmt_ns(r["new_ns"]), signed_ns(r["delta_ns"]),
-                  fmt_pct(r["base_pct"]), fmt_pct(r["new_pct"]), signed_pp(r["delta_pct"]))
-    c.print(t)
-
-    k = result["kernels"]
-    for key, title in (("appeared", "kernels only in NEW"), ("disappeared", "kernels only in BASE")):
-        group = k[key]
-        t = Table(Column("kernel", overflow="fold"), "category", "launches", "total", "%",
-                  title=f"{title}: {group['names']:,} names, {group['count']:,} launches, {fmt_ns(group['total_ns'])}")
-        for r in group["top"]:
-            t.add_row(short_name(r["name"]), r["category"], f"{r['count']:,}", fmt_ns(r["total_ns"]), fmt_pct(r["pct"]))
-        c.print(t)
-    t = Table(Column("kernel", overflow="fold"), "category", "BASE", "NEW", "change", title=f"top changes by time ({k['common']:,} kernel names in both)")
-    for r in k["top_changes"]:
-        t.add_row(short_name(r["name"]), r["category"], f"{fmt_ns(r['base_ns'])} ×{r['base_count']:,}",
-                  f"{fmt_ns(r['new_ns'])} ×{r['new_count']:,}", signed_ns(r["delta_ns"]))
-    c.print(t)
+    if not result["categories"]:  # no GPU activity on either side: no shares, categories or kernels
+        c.print("kernels and time by category: no GPU activity in either trace")
+    else:
+        _render_kernels(result, c)
 
     for side in ("base", "new"):
         fused = [f for f in result["fused_kernels"] if f["trace"] == side]
@@ -120,3 +103,36 @@ def render_diff(result: dict, console: Console | None = None) -> None:
     for note in result["notes"]:
         c.print(f"[dim]{note}[/dim]")
     c.print(f"[dim]{DEFINITIONS}[/dim]")
+
+
+def _render_kernels(result: dict, c: Console) -> None:
+    """Attention's share, time by category, kernels appeared and disappeared (a line, not
+    an empty table, when there are none) and the largest changes."""
+    a = result["attention"]
+    c.print(f"[bold]attention share of kernel time: {fmt_pct(a['base_pct'])} -> {fmt_pct(a['new_pct'])}[/bold] "
+            f"({signed_pp(a['delta_pct'])})")
+
+    t = Table("category", "BASE", "NEW", "change", "BASE %", "NEW %", "change", title="time by category")
+    for r in result["categories"]:
+        t.add_row(r["category"], fmt_ns(r["base_ns"]), fmt_ns(r["new_ns"]), signed_ns(r["delta_ns"]),
+                  fmt_pct(r["base_pct"]), fmt_pct(r["new_pct"]), signed_pp(r["delta_pct"]))
+    c.print(t)
+
+    k = result["kernels"]
+    for key, title in (("appeared", "kernels only in NEW"), ("disappeared", "kernels only in BASE")):
+        group = k[key]
+        if not group["names"]:
+            c.print(f"{title}: none")
+            continue
+        t = Table(Column("kernel", overflow="fold"), "category", "launches", "total", "%",
+                  title=f"{title}: {group['names']:,} names, {group['count']:,} launches, {fmt_ns(group['total_ns'])}")
+        for r in group["top"]:
+            t.add_row(short_name(r["name"]), r["category"], f"{r['count']:,}", fmt_ns(r["total_ns"]), fmt_pct(r["pct"]))
+        c.print(t)
+    if k["top_changes"]:
+        t = Table(Column("kernel", overflow="fold"), "category", "BASE", "NEW", "change",
+                  title=f"top changes by time ({k['common']:,} kernel names in both)")
+        for r in k["top_changes"]:
+            t.add_row(short_name(r["name"]), r["category"], f"{fmt_ns(r['base_ns'])} ×{r['base_count']:,}",
+                      f"{fmt_ns(r['new_ns'])} ×{r['new_count']:,}", signed_ns(r["delta_ns"]))
+        c.print(t)

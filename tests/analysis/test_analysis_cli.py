@@ -125,3 +125,26 @@ def test_a_broken_pipe_that_is_not_stdout_is_not_hidden():
             "cli.COMMANDS['boom'] = '__main__:boom'\ncli.main(['boom'])")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 1 and "BrokenPipeError" in r.stderr
+
+
+def test_every_option_of_the_trace_commands_has_help():
+    import click
+
+    from wanscope.cli import cli
+
+    ctx = click.Context(cli)
+    missing = [(name, p.opts[0]) for name in ("analyze", "query", "schema", "report", "diff", "stats")
+               for p in cli.get_command(ctx, name).params
+               if isinstance(p, click.Option) and not p.hidden and not p.help]
+    assert missing == []
+    r = run_cli("report", "--help")
+    assert "Kernels listed per device before the 'other' row" in " ".join(r.stdout.split())
+
+
+def test_the_readme_shows_how_to_find_the_embedded_trace():
+    code = "from wanscope.data import default_trace; print(default_trace())"
+    assert f'`.venv/bin/python -c "{code}"`' in (REPO / "README.md").read_text()
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    path = Path(r.stdout.strip())
+    assert path.name == "h200_diffusers_wan21_1p3b_eager_forward.json.gz" and path.is_file()
+    assert f"trace: {path} (embedded default" in run_cli("analyze").stdout.splitlines()[0]

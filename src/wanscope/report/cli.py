@@ -11,8 +11,9 @@ import click
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Directory for report.json and report.html.")
-@click.option("--top", default=10, show_default=True, type=click.IntRange(1))
-@click.option("--step-range", metavar="A:B", help="Only steps A <= step < B.")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(1),
+              help="Kernels listed per device before the 'other' row; also the largest gaps listed.")
+@click.option("--step-range", metavar="A:B", help="Only steps A <= step < B (either end may be omitted).")
 def report(traces, out_dir, top, step_range):
     """Write report.json (the analyze JSON) and report.html (a self-contained page with
     plots: GPU timeline, categories, top kernels, steps, host-time icicle) for TRACES."""

@@ -1,7 +1,8 @@
 """The parallel paths on 2 GPUs with NCCL (skipped without 2 CUDA devices): the pipelined
-Ulysses attention and latents equal one GPU's for every head grouping; ``generate`` and
-``profile`` under torchrun; a rank that dies or freezes ends the other with one line (the
-heartbeat of ``parallel/watch.py``: NCCL itself would spin until its watchdog aborts).
+Ulysses attention and latents equal one GPU's for every head grouping and with both CFG
+branches in one batch; ``generate`` and ``profile`` under torchrun; a rank that dies or
+freezes ends the other with one line (the heartbeat of ``parallel/watch.py``: NCCL itself
+would spin until its watchdog aborts).
 
 About two minutes on 2x H200. Every test ends within ``TEST_S`` seconds whatever hangs: each of
 its waits takes the time its test has left (the ``left`` fixture), and a failure shows the
@@ -94,6 +95,8 @@ def test_pipelined_ulysses_equals_one_gpu_for_every_grouping(tmp_path, left):
     for spec in SPECS:
         assert (latents[spec] - latents["1"]).abs().max().item() <= 1e-6, spec
         assert (latents[spec] - single).abs().max().item() <= 1e-4, spec
+    batched = denoise(dit, noise, cond, uncond, FlowSampler(flow_schedule(STEPS, 5.0)), GUIDANCE, cfg="batched").cpu()
+    assert (torch.load(tmp_path / "latents-batched.pt") - batched).abs().max().item() <= 1e-4
 
 
 GENERATE = ["generate", "--preset", "tiny", "--random-weights", "--prompt", "a red fox in the snow", "--steps", "3",

@@ -13,13 +13,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from launch import HERE, free_port, run_ranks  # noqa: E402
-from parallel_worker import CFG, GUIDANCE, STEPS, tiny_inputs  # noqa: E402
+from launch import HERE, free_port, run_ranks
+from parallel_worker import CFG, GUIDANCE, STEPS, tiny_inputs
 
-from wanscope.trace import open_traces  # noqa: E402
-from wanscope.wan import ranges  # noqa: E402
-from wanscope.wan.pipeline import denoise  # noqa: E402
-from wanscope.wan.sampler import FlowSampler, flow_schedule  # noqa: E402
+from wanscope.trace import open_traces
+from wanscope.wan import ranges
+from wanscope.wan.pipeline import denoise
+from wanscope.wan.sampler import FlowSampler, flow_schedule
 
 L, LC, N, D = 24, CFG.dit.text_len, CFG.dit.num_heads, CFG.dit.head_dim  # 24 tokens, 16 text tokens, 2 heads of 32
 DIM, FFN = CFG.dit.dim, CFG.dit.ffn_dim
@@ -71,8 +71,14 @@ def test_cfg_parallel_equals_single_process_and_runs_one_branch_per_rank(tmp_pat
          blocks) for r in (0, 1)]
 
 
-def test_ulysses_equals_single_process_and_shards_tokens_and_heads(tmp_path, reference):
-    latents, con = run_worker("ulysses", tmp_path)
+@pytest.fixture(scope="module")
+def ulysses_run(tmp_path_factory):
+    """(latents, traces) of the profiled 2-process Ulysses run."""
+    return run_worker("ulysses", tmp_path_factory.mktemp("ulysses"))
+
+
+def test_ulysses_equals_single_process_and_shards_tokens_and_heads(ulysses_run, reference):
+    latents, con = ulysses_run
     assert (latents - reference).abs().max().item() <= 1e-5
     half, heads = L // 2, N // 2
     # both CFG branches on every rank: 2 forwards per step
@@ -80,11 +86,15 @@ def test_ulysses_equals_single_process_and_shards_tokens_and_heads(tmp_path, ref
                        ).fetchall() == [(0, 2 * STEPS), (1, 2 * STEPS)]
     blocks = 2 * STEPS * CFG.dit.num_layers  # block calls per rank
     for rank in (0, 1):
-        # self-attention: projections on L/2 tokens; attention over all L tokens with N/2 heads
-        rows = ops_in_ranges(con, ranges.SELF_ATTN, ["aten::linear", "aten::scaled_dot_product_attention"])
+        # self-attention: projections on L/2 tokens, v's as one GEMM per rank's N/2 heads (its
+        # chunk of the send buffer, the last input); attention over all L tokens with N/2 heads
+        rows = ops_in_ranges(con, ranges.SELF_ATTN,
+                             ["aten::linear", "aten::addmm", "aten::scaled_dot_product_attention"])
         got = {(name, dims): n for r, name, dims, n in rows if r == rank}
         assert got == {
-            ("aten::linear", f"[[1,{half},{DIM}],[{DIM},{DIM}],[{DIM}]]"): 4 * blocks,  # q, k, v, o
+            ("aten::linear", f"[[1,{half},{DIM}],[{DIM},{DIM}],[{DIM}]]"): 3 * blocks,  # q, k, o
+            ("aten::addmm", f"[[{DIM}],[{half},{DIM}],[{DIM},{DIM}],[],[]]"): 3 * blocks,  # inside those
+            ("aten::addmm", f"[[{DIM // 2}],[{half},{DIM}],[{DIM},{DIM // 2}],[],[],[{half},{DIM // 2}]]"): 2 * blocks,
             ("aten::scaled_dot_product_attention",
              f"[[1,{heads},{L},{D}],[1,{heads},{L},{D}],[1,{heads},{L},{D}],[],[],[],[],[]]"): blocks,
         }
@@ -102,14 +112,33 @@ def test_ulysses_equals_single_process_and_shards_tokens_and_heads(tmp_path, ref
             f"[[1,{half},{DIM}],[{FFN},{DIM}],[{FFN}]]": blocks,
             f"[[1,{half},{FFN}],[{DIM},{FFN}],[{DIM}]]": blocks,
         }
-    # per block call: the q, k, v all-to-alls (one each) and the output's; one gather per forward
+    # per block call: the v, k and q all-to-alls, each sent when made, and the output's; one
+    # gather per forward
     counts = con.execute("""SELECT rank, name, count(*) FROM cpu_ops
                             WHERE name LIKE 'wanscope/parallel/%' OR name LIKE 'c10d::%'
                             GROUP BY ALL ORDER BY ALL""").fetchall()
     assert counts == [(r, name, n) for r in (0, 1) for name, n in (
         ("c10d::_allgather_base_", 2 * STEPS), ("c10d::alltoall_base_", 4 * blocks),
         ("wanscope/parallel/ulysses_gather", 2 * STEPS), ("wanscope/parallel/ulysses_out", blocks),
-        ("wanscope/parallel/ulysses_qkv", blocks))]
+        ("wanscope/parallel/ulysses_qkv", 3 * blocks))]
+
+
+def test_ulysses_copies_only_the_attention_output_between_layouts(ulysses_run):
+    """q, k and v are made in the all-to-all's send order, not copied into it (parallel/ulysses.py).
+
+    Every copy between head layouts in a self-attention (an ``aten::copy_`` of 4 dims or more)
+    has the destination [B, L_r, P, N/P, D], a view of a send buffer or of the output: q's and
+    k's RoPE results rounded into the send buffer (the pass that casts them on one process) and
+    the received output put back in token order. The copies of q, k and v into send order
+    (``.contiguous()`` of a permuted [P, L_r, B, N/P, D]) are gone.
+    """
+    _, con = ulysses_run
+    blocks = 2 * STEPS * CFG.dit.num_layers
+    for rank in (0, 1):
+        rows = ops_in_ranges(con, ranges.SELF_ATTN, ["aten::copy_", "aten::clone", "aten::contiguous"])
+        layouts = {(name, dims): n for r, name, dims, n in rows
+                   if r == rank and (name != "aten::copy_" or dims.split("]")[0].count(",") >= 3)}
+        assert layouts == {("aten::copy_", f"[[1,{L // 2},2,{N // 2},{D}],[1,{L // 2},2,{N // 2},{D}],[]]"): 3 * blocks}
 
 
 def test_cfg_times_ulysses_on_4_processes(tmp_path, reference):
@@ -137,12 +166,13 @@ GENERATE = ["generate", "--preset", "tiny", "--random-weights", "--prompt", "a r
 def test_generate_under_torchrun_saves_the_single_process_latents(tmp_path, mode, size, frames):
     args = [*GENERATE, "--size", size, "--frames", frames]
     single = subprocess.run([sys.executable, "-m", "wanscope", *args, "--out", str(tmp_path / "one.mp4"),
-                             "--save-latents", str(tmp_path / "one.pt")], capture_output=True, text=True, timeout=180)
+                             "--save-latents", str(tmp_path / "one.pt")], check=False, capture_output=True, text=True,
+                            timeout=180)
     assert single.returncode == 0, single.stderr
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                         "--master-port", str(free_port()), "-m", "wanscope", *args, "--parallel", mode,
                         "--out", str(tmp_path / "two.mp4"), "--save-latents", str(tmp_path / "two.pt")],
-                       capture_output=True, text=True, timeout=180)
+                       check=False, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [str(tmp_path / f"two.{ext}") for ext in ("mp4", "png", "json", "pt")]
     assert r.stderr.count("| 0/3 [") == 1  # one progress bar (drawn once at 0): rank 0's

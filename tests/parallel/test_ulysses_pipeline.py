@@ -1,6 +1,6 @@
 """Ulysses pipelined by head group (``parallel/ulysses.py``): the group sizes a spec gives, and
 on 2 and 3 CPU processes (gloo) the same attention rows and the same latents whatever the
-grouping, equal to one process."""
+grouping, equal to one process, also with both CFG branches in one B=2 forward."""
 
 from __future__ import annotations
 
@@ -70,3 +70,6 @@ def test_every_grouping_gives_the_same_attention_and_latents(tmp_path, world_siz
     for spec in specs:
         assert torch.equal(latents[spec], latents["1"]), spec
         assert (latents[spec] - single).abs().max().item() <= 1e-5, spec
+    # B = 2: the send buffers hold both branches' rows token by token (v's GEMMs one per row)
+    batched = denoise(dit, noise, cond, uncond, FlowSampler(flow_schedule(STEPS, 5.0)), GUIDANCE, cfg="batched")
+    assert (torch.load(tmp_path / "latents-batched.pt") - batched).abs().max().item() <= 1e-5

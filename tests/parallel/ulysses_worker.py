@@ -10,7 +10,9 @@ For every head-group SPEC (``plan.parse_head_groups``: ``3``, ``2+1``, ...):
    differ in length): this rank's rows of the output go to ``OUT_DIR/attention-rank{r}.pt``
    (``{spec: [2, L_r, 6, 8]}``).
 2. 3 denoising steps of the tiny DiT with 6 heads (``SIX_HEADS``): rank 0 saves the final
-   latents to ``OUT_DIR/latents.pt`` (``{spec: [1, 16, 2, 6, 8]}``).
+   latents to ``OUT_DIR/latents.pt`` (``{spec: [1, 16, 2, 6, 8]}``), and those of the same
+   steps with both CFG branches in one B=2 forward (``cfg="batched"``), grouped by the last
+   SPEC, to ``OUT_DIR/latents-batched.pt``.
 
 Everything is fp32 and saved on the CPU.
 """
@@ -74,8 +76,11 @@ def main(device_type: str, out_dir: Path, specs: list[str]) -> None:
             shard_dit(ctx, dit, parse_head_groups(spec))
             sampler = FlowSampler(flow_schedule(STEPS, 5.0))
             latents[spec] = denoise(dit, noise, cond, uncond, sampler, GUIDANCE, parallel=ctx).cpu()
+        batched = denoise(dit, noise, cond, uncond, FlowSampler(flow_schedule(STEPS, 5.0)), GUIDANCE, cfg="batched",
+                          parallel=ctx).cpu()
         if ctx.is_main:
             torch.save(latents, out_dir / "latents.pt")
+            torch.save(batched, out_dir / "latents-batched.pt")
 
 
 if __name__ == "__main__":

@@ -19,20 +19,44 @@ The all-to-alls are pipelined with attention by head group. Attention is indepen
 head, so each rank's N/P heads are split into G groups (``head_groups``, default
 ``DEFAULT_ULYSSES_HEAD_GROUPS``): the q, k, v of every group are sent first (asynchronous
 collectives, on the communicator's own stream), then group g's attention runs while group
-g+1's inputs and group g-1's output travel. Exposed are only the first group's inputs and the
-last group's output: about 1/G of the transfers, against all of them with G = 1. What cannot
-overlap: the output projection needs every head of a token, so it waits for the last group;
-q, k and v arrive here already normalized and rotated, so their transfers cannot hide behind
-the projections (that would need the hook around the whole self-attention, not around the
-attention call). Each head's attention is the same computation whatever its group, so the
-result does not depend on G. Under NCCL the Ulysses communicator runs on a high-priority
-stream (``group.py``): its kernels then get the SMs that attention's blocks free, instead of
-waiting for attention's last wave.
+g+1's inputs and group g-1's output travel. On the torch-op path Ulysses runs the whole
+self-attention (``self_attention``), v first, then k, then q, each sent as soon as it is
+made: v's and k's transfers travel while the next tensor is projected, normalized and
+rotated. Exposed are the first group's q (on the fused path, which hands over finished q, k
+and v: the first group's three) and the last group's output: the output projection needs
+every head of a token, so it waits for the last group. Each head's attention is the
+same computation whatever its group, so the result does not depend on G. Under NCCL the
+Ulysses communicator runs on a high-priority stream (``group.py``): its kernels then get the
+SMs that attention's blocks free, instead of waiting for attention's last wave.
+
+Layout copies. ``all_to_all_single`` sends chunk j of dim 0 to rank j and stores rank j's
+chunk at position j, each chunk contiguous: a group's send buffer is [P, L_r, B, hg, D]
+(rank outermost, this rank's tokens) and its receive buffer [L, B, hg, D] (every token),
+which attention reads as [B, hg, L, D] strided views; cuDNN takes strides and writes its
+output in q's layout, so neither side of the attention call copies. ``self_attention``
+produces q, k and v in send order: v by one GEMM per head group and rank writing its chunk
+(a chunk's heads are contiguous rows of the weight), q and k by RoPE's rounding from fp32 to
+the model dtype stored through a permuted view of the send buffer (in bf16 the pass that
+rounded them anyway; in fp32 a copy where one process has none). What is left is the received output: chunk j holds head block j for this
+rank's tokens, and the output projection's GEMM needs every head of a token in one row (its
+K index cannot jump between chunks), so ``_unpack`` copies it into token order. Per block
+and forward, with E = B L_r N D elements of s bytes each:
+
+- before: q, k, v permuted into send order and the output back, 4 copies reading and writing
+  E s bytes each, 8 E s: 402.6 MB at 1.3B 832x480x81 on 2 ranks in bf16 (E = 16,380 x 1,536),
+  24.2 GB per step (30 blocks, 2 forwards);
+- now: the output's copy, 2 E s: 100.6 MB, 6.0 GB per step. In exchange v's projection is
+  G P B GEMMs of ``hg D`` columns instead of one of ``N D``.
+
+The fused path (``wan/fused.py``) hands ``attention`` finished q, k, v (its RMSNorm+RoPE
+kernel allocates them), which are still copied into the send buffers: 8 E s.
 
 Heads must divide by P (``check_heads`` names the degrees that do); tokens need not.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -45,10 +69,30 @@ from wanscope.parallel.plan import (
 )
 from wanscope.wan import ranges
 from wanscope.wan.attention import AttentionBackend, attention
+from wanscope.wan.dit import apply_rope_fp32
 
 QKV_ALL_TO_ALL = "wanscope/parallel/ulysses_qkv"
 OUT_ALL_TO_ALL = "wanscope/parallel/ulysses_out"
 GATHER = "wanscope/parallel/ulysses_gather"
+_Q, _K, _V = range(3)  # tensor index in the send and receive buffers
+
+
+@dataclass
+class _HeadGroup:
+    """One head group's buffers in one self-attention call.
+
+    Attributes:
+        first: its first head within each rank's block of N/P heads.
+        send: [3, P, L_r, B, hg, D] q, k, v; chunk j goes to rank j: heads ``j N/P + first``..
+            of this rank's tokens.
+        recv: [3, L, B, hg, D] every rank's tokens of this rank's heads ``first``.., in order.
+        works: the pending all-to-alls into ``recv``.
+    """
+
+    first: int
+    send: torch.Tensor
+    recv: torch.Tensor
+    works: list
 
 
 def shard_sizes(length: int, degree: int) -> list[int]:
@@ -60,8 +104,8 @@ def shard_sizes(length: int, degree: int) -> list[int]:
 class Ulysses:
     """The sequence-parallel hooks of one rank, installed into a ``WanDiT`` with ``install``.
 
-    ``shard`` runs first in every forward and records the token split that ``attention`` and
-    ``gather`` then use.
+    ``shard`` runs first in every forward and records the token split that ``self_attention``,
+    ``attention`` and ``gather`` then use.
 
     Args:
         ctx: this rank's process group (``ctx.ulysses_degree`` > 1).
@@ -80,13 +124,16 @@ class Ulysses:
         self.degree = ctx.ulysses_degree
         self.index = ctx.ulysses_rank
         self.group_sizes = head_group_sizes(num_heads // self.degree, head_groups)
+        self._firsts = [sum(self.group_sizes[:g]) for g in range(len(self.group_sizes))]
         self._sizes: list[int] = []
 
     def install(self, dit: torch.nn.Module) -> None:
-        """Shard ``dit``'s tokens and wrap its self-attention calls (cross-attention keeps the
-        plain call: its keys are the text tokens every rank has)."""
+        """Shard ``dit``'s tokens and take over its self-attention: the whole module on the
+        torch-op path, the attention call on the fused one (cross-attention keeps the plain
+        call: its keys are the text tokens every rank has)."""
         dit.sequence_parallel = self
         for block in dit.blocks:
+            block.self_attn.sequence_parallel = self
             block.self_attn.attend = self.attention
 
     def shard(
@@ -106,10 +153,42 @@ class Ulysses:
         cos, sin = rope
         return x[:, start:stop], (cos[start:stop], sin[start:stop])
 
+    def self_attention(
+        self, attn: torch.nn.Module, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+        backend: AttentionBackend,
+    ) -> torch.Tensor:
+        """The self-attention of ``attn`` (a ``dit.Attention``) for this rank's tokens, its q, k
+        and v produced straight into the send buffers (the module docstring's copy count).
+
+        v goes first, then k, then q: each one's all-to-alls start as soon as it is stored and
+        travel while the next one is projected, normalized and rotated.
+
+        Args:
+            x: [B, L_r, dim] in the model dtype; rope: cos, sin [L_r, 1, D/2] of these tokens.
+
+        Returns:
+            [B, L_r, dim], the output projection, in the model dtype.
+
+        Raises:
+            ParallelError: an all-to-all failed.
+        """
+        b, n_local, dim = x.shape
+        heads = attn.num_heads
+        groups = self._head_groups(b, n_local, dim // heads, x.dtype, x.device)
+        self._project(groups, _V, attn.v, x)
+        self._send(groups, (_V,))
+        for i, proj, norm in ((_K, attn.k, attn.norm_k), (_Q, attn.q, attn.norm_q)):
+            t = norm(proj(x)).unflatten(-1, (heads, -1))  # [B, L_r, N, D]
+            # RoPE's rounding to the model dtype, stored in send order: the pass that rounded it anyway
+            self._store(groups, i, apply_rope_fp32(t, *rope))
+            self._send(groups, (i,))
+        return attn.o(self._attend(groups, backend).flatten(2))  # [B, L_r, dim]
+
     def attention(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: AttentionBackend
     ) -> torch.Tensor:
-        """Self-attention over all L tokens with this rank's N/P heads, group by group.
+        """Self-attention over all L tokens with this rank's N/P heads, group by group, for q, k
+        and v made elsewhere (``wan/fused.py``): each is copied into the send buffers.
 
         Args:
             q, k, v: [B, L_r, N, D] (RoPE applied), one dtype.
@@ -120,46 +199,88 @@ class Ulysses:
         Raises:
             ParallelError: an all-to-all failed.
         """
-        b, n_local, heads, d = q.shape
-        p, sizes, group = self.degree, self._sizes, self.ctx.ulysses_group
-        h, length = heads // p, sum(sizes)
-        firsts = [sum(self.group_sizes[:g]) for g in range(len(self.group_sizes))]
-        inputs = []  # per head group: the received q, k, v [3, L, B, hg, D] and the pending transfers
+        b, n_local, _, d = q.shape
+        groups = self._head_groups(b, n_local, d, q.dtype, q.device)
+        for i, t in enumerate((q, k, v)):
+            self._store(groups, i, t)
+        self._send(groups, (_Q, _K, _V))  # group by group: the first group's inputs arrive first
+        return self._attend(groups, backend)
+
+    def _head_groups(self, b: int, n_local: int, d: int, dtype: torch.dtype,
+                     device: torch.device) -> list[_HeadGroup]:
+        """Empty buffers of every head group for one self-attention call."""
+        length = sum(self._sizes)
+        return [_HeadGroup(first, torch.empty((3, self.degree, n_local, b, hg, d), dtype=dtype, device=device),
+                           torch.empty((3, length, b, hg, d), dtype=dtype, device=device), [])
+                for first, hg in zip(self._firsts, self.group_sizes)]
+
+    def _store(self, groups: list[_HeadGroup], i: int, t: torch.Tensor) -> None:
+        """Write ``t`` [B, L_r, N, D] (any dtype: rounded to the buffers') into tensor ``i`` of
+        every group's send buffer: head j*h + first + c of ``t`` to chunk j, head c."""
+        heads = t.unflatten(2, (self.degree, -1))  # [B, L_r, P, N/P, D]
+        for g in groups:
+            hg = g.send.shape[4]
+            g.send[i].permute(2, 1, 0, 3, 4).copy_(heads[:, :, :, g.first : g.first + hg])
+
+    def _project(self, groups: list[_HeadGroup], i: int, linear: torch.nn.Linear, x: torch.Tensor) -> None:
+        """Tensor ``i`` of every send buffer as ``linear(x)``, one GEMM per head group, rank and
+        batch row, each writing its chunk in place (the rows of one chunk's heads are contiguous
+        in the weight). x: [B, L_r, dim]. Inference only: ``out=`` does not record gradients."""
+        weight, bias = linear.weight, linear.bias
+        d, h = groups[0].send.shape[5], sum(self.group_sizes)
+        for g in groups:
+            hg = g.send.shape[4]
+            for j in range(self.degree):
+                rows = slice((j * h + g.first) * d, (j * h + g.first + hg) * d)
+                for row in range(x.shape[0]):
+                    # [L_r, hg * D]: contiguous for B = 1, rows B * hg * D apart otherwise
+                    torch.addmm(bias[rows], x[row], weight[rows].t(), out=g.send[i, j, :, row].flatten(1))
+
+    def _send(self, groups: list[_HeadGroup], tensors: tuple[int, ...]) -> None:
+        """Start the all-to-alls of ``tensors`` (indices into q, k, v) of every group, group by
+        group, on the communicator's stream (c10d orders them after the compute stream's work
+        issued so far)."""
+        n_local, p = groups[0].send.shape[2], self.degree
         with ranges.named_range(QKV_ALL_TO_ALL), self.ctx.collective("the Ulysses all-to-all of q, k, v"):
-            for first, hg in zip(firsts, self.group_sizes):
-                recv = q.new_empty((3, length, b, hg, d))  # every rank's tokens, in order
-                works = []
-                for i, t in enumerate((q, k, v)):
-                    # chunk j (dim 0) goes to rank j: heads j*h+first.. of its head block, this rank's tokens
-                    send = t.unflatten(2, (p, h))[:, :, :, first : first + hg].permute(2, 1, 0, 3, 4).contiguous()
+            for g in groups:
+                for i in tensors:
                     # one call per tensor, so each lands contiguous [L, B, hg, D] rather than
                     # interleaved with the other two: cuDNN's attention is slower on interleaved
                     # rows (wan/fused.py measured 3% for a strided v alone)
-                    works.append(dist.all_to_all_single(recv[i], send.flatten(0, 1), sizes, [n_local] * p,
-                                                        group=group, async_op=True))  # send: [P, L_r, B, hg, D]
-                inputs.append((recv, works))
-        out = q.new_empty((b, n_local, p, h, d))  # [B, L_r, N, D] with the heads split by rank
+                    g.works.append(dist.all_to_all_single(g.recv[i], g.send[i].flatten(0, 1), self._sizes,
+                                                          [n_local] * p, group=self.ctx.ulysses_group, async_op=True))
+
+    def _attend(self, groups: list[_HeadGroup], backend: AttentionBackend) -> torch.Tensor:
+        """Attention of each group once its inputs arrived, its output sent back while the next
+        group's runs. Returns [B, L_r, N, D] in the buffers' dtype."""
+        _, p, n_local, b, _, d = groups[0].send.shape
+        sizes, group = self._sizes, self.ctx.ulysses_group
+        out = groups[0].send.new_empty((b, n_local, p, sum(self.group_sizes), d))  # heads split by rank
         pending: list = []  # (first head, output transfer) of the group whose output travels
-        for first, hg, (recv, works) in zip(firsts, self.group_sizes, inputs):
+        for g in groups:
             with self.ctx.collective("the Ulysses all-to-all of q, k, v"):
-                for work in works:
+                for work in g.works:
                     work.wait()  # the compute stream waits for the transfer; the host does not (NCCL)
-            o = attention(*(recv[i].transpose(0, 1) for i in range(3)), backend)  # [B, L, hg, D]
+            # [B, L, hg, D] views of token-major rows: cuDNN reads them and writes its output
+            # token-major too (alloc_with_matching_layout), so no copy on either side of the call
+            o = attention(*(g.recv[i].transpose(0, 1) for i in range(3)), backend)
+            hg = o.shape[2]
             with ranges.named_range(OUT_ALL_TO_ALL), \
                     self.ctx.collective("the Ulysses all-to-all of the attention output"):
-                back = q.new_empty((p * n_local, b, hg, d))  # from rank j: its rows of head group j
+                back = o.new_empty((p * n_local, b, hg, d))  # from rank j: its rows of head group j
                 work = dist.all_to_all_single(back, o.transpose(0, 1).contiguous(), [n_local] * p, sizes,
                                               group=group, async_op=True)
                 # unpack the previous group now: its output crossed while this group's attention ran
                 self._unpack(out, pending)
-                pending = [(first, back, work)]
+                pending = [(g.first, back, work)]
         with self.ctx.collective("the Ulysses all-to-all of the attention output"):
             self._unpack(out, pending)
         return out.flatten(2, 3)  # [B, L_r, N, D]
 
     def _unpack(self, out: torch.Tensor, pending: list) -> None:
         """Wait for each output transfer in ``pending`` and copy it into its heads of ``out``
-        [B, L_r, P, N/P, D] (received as [P * L_r, B, hg, D], rank j's rows first)."""
+        [B, L_r, P, N/P, D] (received as [P * L_r, B, hg, D], rank j's rows first): the one
+        layout copy left (module docstring)."""
         n_local, p = out.shape[1:3]
         for first, back, work in pending:
             work.wait()

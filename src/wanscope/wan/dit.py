@@ -103,19 +103,25 @@ def rope_tables(
     return torch.cos(table).float(), torch.sin(table).float()
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def apply_rope_fp32(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate consecutive feature pairs ``(x[2j], x[2j+1])`` of every head, in fp32.
 
     Args:
         x: [B, L, N, D]; cos, sin: [L, 1, D/2] fp32.
 
     Returns:
-        [B, L, N, D] in the dtype of ``x``.
+        [B, L, N, D] fp32, for the caller to round into the tensor it wants (Ulysses rounds
+        it straight into its all-to-all's send buffer: ``parallel/ulysses.py``).
     """
     pairs = x.float().unflatten(-1, (-1, 2))  # [B, L, N, D/2, 2]
     x0, x1 = pairs[..., 0], pairs[..., 1]
     out = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1)  # [B, L, N, D/2, 2]
-    return out.flatten(-2).type_as(x)  # [B, L, N, D]
+    return out.flatten(-2)  # [B, L, N, D]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``apply_rope_fp32`` rounded to the dtype of ``x``: [B, L, N, D]."""
+    return apply_rope_fp32(x, cos, sin).type_as(x)
 
 
 def layer_norm(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
@@ -153,8 +159,11 @@ class Attention(nn.Module):
         self.norm_q = RMSNorm(cfg.dim, cfg.eps) if cfg.qk_norm else nn.Identity()
         self.norm_k = RMSNorm(cfg.dim, cfg.eps) if cfg.qk_norm else nn.Identity()
         # The attention call: [B, L, N, D] q, k, v -> [B, L, N, D]. Ulysses sequence parallelism
-        # replaces it on self-attention with its all-to-alls around it (wanscope.parallel).
+        # (wanscope.parallel.ulysses) sets both on self-attention: ``sequence_parallel`` then runs
+        # this module's projections straight into its all-to-all buffers (the torch-op path), and
+        # ``attend`` is its all-to-all around the call for the fused path (wan/fused.py).
         self.attend = attention
+        self.sequence_parallel = None
 
     def forward(
         self,
@@ -165,6 +174,8 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """x: [B, L, dim]; context: [B, Lc, dim] (cross-attention) or None (self-attention);
         rope: (cos, sin) for self-attention. Returns [B, L, dim] in the dtype of ``x``."""
+        if self.sequence_parallel is not None:  # set on self-attention only
+            return self.sequence_parallel.self_attention(self, x, rope, backend)
         kv = x if context is None else context
         q = self.norm_q(self.q(x)).unflatten(-1, (self.num_heads, -1))  # [B, L, N, D]
         k = self.norm_k(self.k(kv)).unflatten(-1, (self.num_heads, -1))  # [B, Lk, N, D]

@@ -71,3 +71,39 @@ def test_siblings_children_and_zero_length():
     ids, parent, depth = nest(thread, start, end)
     assert depth.tolist() == [0, 1, 0, 2, 1]
     assert parent.tolist() == [-1, ids[0], -1, ids[4], ids[2]]
+
+
+def test_tie_orders_ranges_with_the_same_times():
+    # 0, 1: [0, 10) twice; 2, 3: [5, 5) twice, zero-length. The smaller tie encloses the other.
+    thread = np.ones(4, np.int32)
+    start = np.array([0, 0, 5, 5], np.int64)
+    end = np.array([10, 10, 5, 5], np.int64)
+    ids, parent, depth = nest(thread, start, end, np.array([7, 3, 2, 1], np.int64))
+    assert ids.tolist() == [1, 0, 3, 2]
+    assert depth.tolist() == [1, 0, 3, 2]
+    assert parent.tolist() == [0, -1, 2, 1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tie_makes_the_nesting_independent_of_row_order(seed):
+    """Rows reach nest in whatever order DuckDB stored them (parallel parsing keeps no file
+    order): with a tie key, every permutation nests each range the same way, the way the
+    sweep does with the rows sorted by that key."""
+    rng = np.random.default_rng(seed)
+    thread, start, end = random_ranges(rng, 300, 1 + seed % 3, [3, 20, 1000][seed % 3])
+    tie = rng.permutation(300).astype(np.int64)
+    by_tie = np.argsort(tie)
+    want = sweep(thread[by_tie].tolist(), start[by_tie].tolist(), end[by_tie].tolist())
+    # the sweep's ids and parents are positions in one order; compare them per range
+    want_id = np.empty(300, np.int64)
+    want_id[by_tie] = want[0]
+    want_depth = np.empty(300, np.int64)
+    want_depth[by_tie] = want[2]
+    want_parent = np.empty(300, np.int64)
+    want_parent[by_tie] = want[1]
+    for _ in range(3):
+        p = rng.permutation(300)
+        ids, parent, depth = nest(thread[p].copy(), start[p].copy(), end[p].copy(), tie[p].copy())
+        assert ids.tolist() == want_id[p].tolist()
+        assert parent.tolist() == want_parent[p].tolist()
+        assert depth.tolist() == want_depth[p].tolist()

@@ -17,17 +17,21 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 
 
-def nest(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def nest(thread: np.ndarray, start: np.ndarray, end: np.ndarray,
+         tie: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Nesting of host ranges by time on each thread.
 
     Args:
         thread: int32 [n], the range's thread as an index (ranges of one thread share it);
-        start, end: int64 [n], ns.
+        start, end: int64 [n], ns;
+        tie: int64 [n] or None: orders ranges with the same thread, start and end (the
+            smaller one encloses the other); None: their order in the inputs.
 
     Returns:
         (id, parent, depth), aligned with the inputs: ``id`` int64, the position in the
-        order (thread, start, end descending); ``parent`` int64, the id of the innermost
-        enclosing range on the same thread, -1 at the top; ``depth`` int32, 0 at the top.
+        order (thread, start, end descending, tie); ``parent`` int64, the id of the
+        innermost enclosing range on the same thread, -1 at the top; ``depth`` int32, 0 at
+        the top.
 
     A range's depth is the number of ranges open on its thread when it starts: those that
     started before it in the order above, less those that ended by then. At equal times
@@ -37,7 +41,8 @@ def nest(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.nda
     search only: O(n log n), no per-range Python.
     """
     n = len(start)
-    order = np.lexsort((-end, start, thread))
+    order = np.lexsort((-end, start, thread) if tie is None else (tie, -end, start, thread))
+    del tie
     th = thread[order].astype(np.int64)
     s, e = start[order], end[order]
     del thread, start, end  # the caller hands its arrays over: memory stays ~6 arrays of n
@@ -98,8 +103,15 @@ CREATE OR REPLACE TEMP TABLE _threads AS
 SELECT rank, pid, tid, (row_number() OVER (ORDER BY rank, pid, tid))::INTEGER AS thread
 FROM (SELECT DISTINCT rank, pid, tid FROM cpu_ops)
 """
+# Ranges with the same start and end on one thread nest in a fixed order, whatever order
+# the rows were stored in (parallel parsing does not keep the file's): by External id, which
+# the profiler numbers in the order ops start (so the enclosing op first), ranges without
+# one (Python frames) before those with one, then by a hash of kind and name.
 _NEST_PIECE_SQL = """
-SELECT c.rowid AS rid, t.thread, c.start_ns, c.end_ns FROM cpu_ops c JOIN _threads t
+SELECT c.rowid AS rid, t.thread, c.start_ns, c.end_ns,
+       CASE WHEN c.external_id >= 0 THEN c.external_id
+            ELSE (hash(c.kind, c.name) >> 2)::BIGINT - 4611686018427387904 END AS tie
+FROM cpu_ops c JOIN _threads t
   ON c.rank = t.rank AND c.pid IS NOT DISTINCT FROM t.pid AND c.tid IS NOT DISTINCT FROM t.tid
 WHERE c.rowid >= ? AND c.rowid < ?
 """
@@ -125,7 +137,7 @@ def _nest_cpu_ops(con: duckdb.DuckDBPyConnection) -> None:
     n, limit = rows[0], rows[1]
     con.execute(_NEST_INPUT_SQL)
     cols = {"rid": np.empty(n, np.int64), "thread": np.empty(n, np.int32),
-            "start_ns": np.empty(n, np.int64), "end_ns": np.empty(n, np.int64)}
+            "start_ns": np.empty(n, np.int64), "end_ns": np.empty(n, np.int64), "tie": np.empty(n, np.int64)}
     filled = 0
     for lo in range(0, limit, _PIECE_ROWS):
         piece = con.execute(_NEST_PIECE_SQL, [lo, lo + _PIECE_ROWS]).fetchnumpy()
@@ -135,7 +147,7 @@ def _nest_cpu_ops(con: duckdb.DuckDBPyConnection) -> None:
         filled += k
     rid = cols.pop("rid")
     # Popped into the call: nest holds the only references and frees them as it goes.
-    ids, parent, depth = nest(cols.pop("thread"), cols.pop("start_ns"), cols.pop("end_ns"))
+    ids, parent, depth = nest(cols.pop("thread"), cols.pop("start_ns"), cols.pop("end_ns"), cols.pop("tie"))
     con.register("_nesting", {"rid": rid, "id": ids, "parent": parent, "depth": depth})
     try:
         con.execute(_NEST_WRITE_SQL)

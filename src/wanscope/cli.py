@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import select
+import signal
 import sys
 
 import click
@@ -129,3 +130,10 @@ def main(argv=None) -> None:
             raise
         _stdout_to_devnull()
         sys.exit(0)
+    finally:
+        if argv is None:  # the process's own command line: its end is the process's end
+            # The command is over, its outputs written or removed. A Ctrl-C from here on,
+            # while the interpreter shuts down (atexit callbacks such as removing DuckDB's
+            # spill folder, thread joins), only printed "Exception ignored in ..." and a
+            # traceback after a finished run.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -219,12 +219,36 @@ def test_trace_events_not_a_list(tmp_path, content):
     b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b', "traceEvents": []}',
     b'{"traceEvents": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}",
     b'{"traceEvents": [' + b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"]}",
-    b'{"traceEvents": [\n{"ph": "X", "args": {"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}\n]}\n",
+    b'{"traceEvents": [{"ph": "X", "args": {"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}]}",  # in args not read
 ])
 def test_deep_nesting_is_refused_quickly(tmp_path, content):
     path = tmp_path / "deep.json"
     path.write_bytes(content)
     assert_one_line_error(run_cli("analyze", path, timeout=30, memory_gb=3), path, "nested")
+
+
+@pytest.mark.parametrize("layout", ["lines", "native"])
+def test_deep_nesting_in_our_layouts_is_read_quickly(tmp_path, layout):
+    """One event per line or torch's layout go to DuckDB, which reads an event nested
+    100,000 deep in args it does not read (the streaming parser refuses it: ijson's cost
+    grows with the square of the depth). The first event too: its 200 KB line was once too
+    long for the layout to be seen (past the first 64 KB read)."""
+    deep = b'{"ph": "X", "cat": "cpu_op", "name": "deep", "pid": 1, "tid": 1, "ts": 5, "dur": 1, "args": {"x": ' + \
+        b"[" * 100_000 + b"]" * 100_000 + b"}}"
+    events = [deep, json.dumps(kernel(100, 5)).encode()]
+    if layout == "lines":
+        content = b'{"traceEvents": [\n' + b",\n".join(events) + b"\n]}\n"
+    else:
+        blocks = (b"  {\n    " + e[1:-1] + b"\n  }" for e in events)
+        content = b'{\n  "traceEvents": [\n' + b",\n".join(blocks) + b"\n  ]\n}\n"
+    path = tmp_path / "deep.json"
+    path.write_bytes(content)
+    t = time.monotonic()
+    r = run_cli("analyze", path, "--format", "json", timeout=30, memory_gb=3)
+    assert r.returncode == 0 and r.stderr == "", r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["sources"][0]["events"] == 2 and doc["devices"][0]["kernel_count"] == 1 and doc["warnings"] == {}
+    assert time.monotonic() - t < 20
 
 
 def test_array_top_level(tmp_path):
@@ -241,6 +265,12 @@ def test_array_top_level(tmp_path):
     (b'{"traceEvents": [{"name": "', b"a", b'"}]}', "larger than"),       # one 1 GB string
     (b'{"traceEvents": [', b" ", b"]}", "larger than"),                  # 1 GB of blank events
     (b'{"traceEvents": [\n  {\n    "ph": "X"\n  }\n  ], "x": "', b"a", b'"}', "larger than"),  # after the events
+    # one event of 1 GB of small values in args not read, minified and in torch's layout:
+    # ijson built it whole (minutes, then out of memory)
+    (b'{"traceEvents": [{"ph": "X", "args": {"a": [', b"1,", b'1]}}]}', "an event larger than 64 MB"),
+    (b'{\n  "traceEvents": [\n  {\n    "ph": "X", "args": {"a": [', b"1,", b'1]}\n  }\n  ]\n}\n',
+     "an event larger than 64 MB"),
+    (b'{"traceEvents": [{"ph": "X"}], "x": [', b"1,", b'1]}', "after traceEvents is larger than 64 MB"),
 ])
 def test_gzip_bombs(tmp_path, head, unit, tail, problem):
     bomb = gzip_stream(tmp_path / "bomb.json.gz", head, unit, 1 << 30, tail)
@@ -353,6 +383,18 @@ def test_invalid_utf8_is_replaced_in_every_layout(tmp_path):
 
 
 # --- Ctrl-C -------------------------------------------------------------------------------
+
+def test_ctrl_c_as_the_interpreter_exits_prints_no_traceback():
+    """A SIGINT after the command has finished, during the interpreter's exit (atexit
+    callbacks such as the removal of DuckDB's spill folder, thread joins), printed
+    "Exception ignored in atexit callback" and a traceback after a complete run."""
+    code = ("import atexit, os, signal, time; from wanscope.cli import main; "
+            "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.2))); main()")
+    r = subprocess.run([sys.executable, "-c", code, "analyze", EMBEDDED, "--format", "json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert json.loads(r.stdout)["devices"]
+
 
 @pytest.fixture(scope="module")
 def big_trace(tmp_path_factory):

@@ -7,8 +7,10 @@ raw newline inside a string, so "newline + the events' indentation + ``{``" alwa
 an event: the events region is cut there, without parsing, into files of whole events
 wrapped as JSON arrays (``_Layout``, ``_ChunkWriter``), and DuckDB's JSON reader parses
 several such files per statement on parallel threads (``_STAGE_SQL``) while the next ones
-are cut. Any other layout (minified, other producers), or a run DuckDB cannot parse, goes
-through ijson's streaming parser into the same files.
+are cut. Any other layout (minified, other producers), a region that does not end with
+"newline + indentation + ``]``", a run DuckDB cannot parse (or runs out of memory on) or
+a comma missing at a cut goes through ijson's streaming parser into the same files, with
+only the fields staged of each event (a huge ``args`` entry is never built).
 
 Times: ``start_ns = round(ts * 1000)`` and ``dur_ns = round(dur * 1000)`` computed on the
 decimal text (parsed to DECIMAL(35, 3), which rounds half away from zero as round()
@@ -214,7 +216,7 @@ def _read_bounded(f, limit: int, path: Path, what: str) -> bytes:
     return data
 
 
-def _header_dict(header: bytes, trailer: bytes, path: Path) -> dict:
+def _header_dict(header: bytes, trailer: bytes | None, path: Path) -> dict:
     """Top-level keys other than traceEvents (small: device properties, distributedInfo)."""
     text = header.rstrip().rstrip(b",").strip()
     if not text.startswith(b"{"):
@@ -224,12 +226,18 @@ def _header_dict(header: bytes, trailer: bytes, path: Path) -> dict:
         meta.update(orjson.loads(text + b"}") if text != b"{" else {})
     except orjson.JSONDecodeError:
         pass  # keys before traceEvents malformed: keep going, the events are what matter
-    tail = trailer.strip().lstrip(b",").strip()
-    if tail.startswith(b'"'):
+    # After the events (native layout only; None otherwise): "}" or more keys, "," +
+    # '"key": value ... }'. Anything else is a file cut short or not JSON (the streaming
+    # parser refuses it too).
+    tail = b"}" if trailer is None else trailer.strip()
+    if tail != b"}":
+        keys = tail[1:].lstrip() if tail.startswith(b",") else b""
         try:
-            meta.update(orjson.loads(b"{" + tail))
-        except orjson.JSONDecodeError:
-            pass
+            if not keys.startswith(b'"'):
+                raise ValueError
+            meta.update(orjson.loads(b"{" + keys))
+        except ValueError:  # orjson.JSONDecodeError included
+            raise InputError(path, "truncated or malformed JSON after traceEvents") from None
     return meta
 
 
@@ -247,9 +255,15 @@ class _ChunkWriter:
         self.undecodable = 0
         self.written = 0
 
-    def write(self, buf: bytes, n: int) -> str | None:
-        """Write ``buf[:n]`` (whole events, each led by ``marker``, with or without a
-        trailing comma) to a new file; return its path, None if it is blank."""
+    def write(self, buf: bytes, n: int, last: bool = False) -> str | None:
+        """Write ``buf[:n]`` (whole events, each led by ``marker``, and the comma before the
+        next event unless ``last``) to a new file; return its path, None if it is blank.
+
+        Raises:
+            _OtherLayout: that comma is missing or doubled, or there is one after the last
+                event: not valid JSON there, which DuckDB would not see (the streaming
+                parser decides).
+        """
         view = memoryview(buf)[:n]
         if not buf.isascii():  # rare: the fast check covers almost every trace
             body = bytes(view)
@@ -262,10 +276,17 @@ class _ChunkWriter:
                 body = self.marker.join(fixed)
             view = memoryview(body)
         n = len(view)
-        while n and view[n - 1] in b", \t\r\n":  # the comma before the next run's first event
+        while n and view[n - 1] in b" \t\r\n":
             n -= 1
         if not n:
             return None
+        if (view[n - 1] == ord(",")) == last:
+            raise _OtherLayout
+        n -= not last
+        while n and view[n - 1] in b" \t\r\n":
+            n -= 1
+        if not n or view[n - 1] == ord(","):
+            raise _OtherLayout
         path = os.path.join(self.tmpdir, f"chunk-{self.written}.json")
         self.written += 1
         with open(path, "wb") as out:
@@ -319,15 +340,21 @@ class _Layout:
                 trailer = buf[end + len(self.end):]
                 if not eof:
                     trailer += _read_bounded(f, EVENT_LIMIT - len(trailer), path, "the part after traceEvents")
-                chunk = write(buf, end)
+                chunk = write(buf, end, last=True)
                 if chunk:
                     yield chunk
                 return trailer
             if eof:
+                # No "\n<indent>]" after the last event: the region ends some other way
+                # ("}]}" on the last event's line, "]" at another indentation, a minified
+                # tail) or the file is cut short. One that ends as a JSON object does is
+                # read again by the streaming parser, which decides.
+                if buf.rstrip().endswith(b"}"):
+                    raise _OtherLayout
                 raise _Truncated
             if cut <= 0:
                 if len(buf) > EVENT_LIMIT:
-                    raise InputError(path, f"an event larger than {EVENT_LIMIT >> 20} MB: not a PyTorch profiler trace")
+                    raise _OtherLayout  # one huge event, or a tail in another layout: the streaming parser decides
                 continue
             chunk = write(buf, cut)
             buf = buf[cut:]
@@ -339,6 +366,10 @@ class _Truncated(Exception):
     pass
 
 
+class _OtherLayout(Exception):
+    pass
+
+
 def _staged_in_batches(paths, stage, batch: int) -> bytes:
     """Run the ``paths`` generator (reading and cutting the file) in a background thread
     while ``stage`` (DuckDB parsing, which releases the GIL) works on earlier files, up to
@@ -346,10 +377,11 @@ def _staged_in_batches(paths, stage, batch: int) -> bytes:
     generator's return value; re-raises its exceptions here."""
     q: queue.Queue = queue.Queue(maxsize=batch)
     result: dict = {}
+    halt = threading.Event()  # the consumer failed or was interrupted: read no further
 
     def produce():
         try:
-            while True:
+            while not halt.is_set():
                 try:
                     q.put(("chunk", next(paths)))
                 except StopIteration as stop:
@@ -377,6 +409,7 @@ def _staged_in_batches(paths, stage, batch: int) -> bytes:
                 stage(pending)
             return result.get("value") or b""
     finally:
+        halt.set()
         while thread.is_alive():  # unblock the producer if the consumer failed
             try:
                 q.get_nowait()
@@ -388,13 +421,17 @@ class _GuardedReader:
     """The file as ijson reads it: invalid UTF-8 replaced by U+FFFD (as the native layout
     does; ijson's parser stops at it), and at most ``EVENT_LIMIT`` bytes read without the
     parser producing an event (one endless string or blank run, e.g. a gzip bomb, would
-    otherwise be buffered whole)."""
+    otherwise be buffered whole) or for one trace event, or after the events (``_checked``
+    says where they end)."""
 
     def __init__(self, f):
         self.f = f
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self.since_event = 0
+        self.since_item = 0
+        self.item = "an event larger than"  # what since_item measures, for the message
         self.replaced = 0
+        self.undecodable = 0  # trace events that held replaced bytes (_checked counts them)
 
     def read(self, n: int = -1) -> bytes:
         if n > 0 and self.since_event > (1 << 16):
@@ -403,8 +440,11 @@ class _GuardedReader:
             n = 1 << 20
         data = self.f.read(n)
         self.since_event += len(data)
+        self.since_item += len(data)
         if self.since_event > EVENT_LIMIT:
-            raise _TooLarge
+            raise _TooLarge("a JSON string or blank run larger than")
+        if self.since_item > EVENT_LIMIT:
+            raise _TooLarge(self.item)
         try:
             data.decode("utf-8")  # fast path; a multi-byte character cut by the read fails too
         except UnicodeDecodeError:
@@ -425,32 +465,95 @@ class _TooDeep(Exception):
     pass
 
 
-def _checked(events, reader: _GuardedReader):
-    """ijson parse events, refusing nesting deeper than ``MAX_DEPTH`` (ijson keeps a prefix
-    string per open level: memory quadratic in the depth)."""
+_EVENT_KEYS = frozenset(_COLUMNS)
+_ARG_KEYS = frozenset(_ARGS)
+
+
+def _checked(events, reader: _GuardedReader, after: dict):
+    """The ijson parse events of the trace events' fields that the staging reads, refusing
+    nesting deeper than ``MAX_DEPTH`` (ijson keeps a prefix string per open level: memory
+    quadratic in the depth).
+
+    Of each event only the keys of ``_COLUMNS``, and of its args those of ``_ARGS``, pass,
+    each the first time it appears (DuckDB's reader keeps the first of duplicate keys);
+    the rest is dropped before ijson builds it, so a huge ``args`` entry costs neither
+    memory nor DuckDB's object size limit. Events that held replaced (undecodable) bytes
+    anywhere are counted in ``reader.undecodable``. The top-level keys after traceEvents
+    are built into ``after`` (those before are read from the header)."""
     depth = 0
+    drop = 0  # > 0: dropping the value of a key of the map at this depth
+    where = 0  # 0 before traceEvents, 1 in its list, 2 after it
+    keys: set = set()  # keys of the current event
+    arg_keys: set = set()  # ... of its args
+    replaced = False  # the current event held a replaced byte
+    top_key, builder = None, None
     for event in events:
-        kind = event[1]
-        if kind == "start_map" or kind == "start_array":
+        prefix, kind, value = event
+        opens = kind == "start_map" or kind == "start_array"
+        if opens:
             depth += 1
             if depth > MAX_DEPTH:
                 raise _TooDeep
         elif kind == "end_map" or kind == "end_array":
             depth -= 1
         reader.since_event = 0
-        yield event
+        if where == 1:
+            if reader.replaced and (kind == "string" or kind == "map_key") and "\ufffd" in value:
+                replaced = True
+            if depth <= 2 and not opens:  # an event ends (or the list)
+                reader.since_item = 0
+                if replaced:
+                    reader.undecodable += 1
+                    replaced = False
+                if depth == 1:
+                    where, reader.item = 2, "the part after traceEvents is larger than"
+                    continue
+            if drop:
+                if depth == drop and not opens:
+                    drop = 0
+                continue
+            if kind == "map_key":
+                if depth == 3 and prefix == "traceEvents.item":
+                    if value not in _EVENT_KEYS or value in keys:
+                        drop = 3
+                        continue
+                    keys.add(value)
+                elif depth == 4 and prefix == "traceEvents.item.args":
+                    if value not in _ARG_KEYS or value in arg_keys:
+                        drop = 4
+                        continue
+                    arg_keys.add(value)
+            elif kind == "start_map":
+                if depth == 3:
+                    keys.clear()
+                elif depth == 4 and prefix == "traceEvents.item.args":
+                    arg_keys.clear()
+            yield event
+        elif where == 0:
+            reader.since_item = 0  # the header is bounded by the first pass (HEADER_LIMIT)
+            if depth == 1 and kind == "map_key":
+                top_key = value
+            elif depth == 2 and kind == "start_array" and top_key == "traceEvents":
+                where = 1
+        elif depth >= 1:  # after the events: keys built as orjson reads the native trailer
+            if depth == 1 and kind == "map_key":
+                top_key, builder = value, ijson.common.ObjectBuilder()
+                continue
+            builder.event(kind, value)
+            if depth == 1:
+                after[top_key] = builder.value
 
 
-def _stream_events(f, path: Path, writer: _ChunkWriter, stage) -> None:
-    """Fallback for any other layout: ijson's streaming parser, re-serialized one event per
-    line and staged in files of about ``CHUNK_BYTES``."""
+def _stream_events(f, path: Path, writer: _ChunkWriter, stage, after: dict) -> None:
+    """Fallback for any other layout: ijson's streaming parser, the fields staged of each
+    event re-serialized one event per line and staged in files of about ``CHUNK_BYTES``;
+    the top-level keys after traceEvents go into ``after``."""
     batch = []
     size = 0
     reader = _GuardedReader(f)
     # A small read size bounds what ijson parses per step before _checked sees the events:
     # ijson builds a prefix string per event, so a read of N opening brackets costs N^2.
-    events = _checked(ijson.parse(reader, buf_size=4096, use_float=False), reader)
-    replaced_events = 0
+    events = _checked(ijson.parse(reader, buf_size=4096, use_float=False), reader, after)
 
     def flush():
         data = b"".join(batch)
@@ -464,8 +567,6 @@ def _stream_events(f, path: Path, writer: _ChunkWriter, stage) -> None:
                 line = orjson.dumps(event, default=str)
             except orjson.JSONEncodeError:  # integers beyond 64 bits
                 line = json.dumps(event, default=str).encode()
-            if reader.replaced and "\ufffd".encode() in line:
-                replaced_events += 1
             batch.append(b"\n" + line + b",")
             size += len(line)
             if size >= CHUNK_BYTES:
@@ -477,10 +578,10 @@ def _stream_events(f, path: Path, writer: _ChunkWriter, stage) -> None:
         raise InputError(path, f"malformed JSON ({str(e).splitlines()[0][:80]})") from None
     except _TooDeep:
         raise InputError(path, f"JSON nested more than {MAX_DEPTH} levels deep: not a PyTorch profiler trace") from None
-    except _TooLarge:
-        raise InputError(path, f"a JSON string or blank run larger than {EVENT_LIMIT >> 20} MB: not a PyTorch profiler trace") from None
+    except _TooLarge as e:
+        raise InputError(path, f"{e} {EVENT_LIMIT >> 20} MB: not a PyTorch profiler trace") from None
     flush()
-    writer.undecodable += replaced_events
+    writer.undecodable += reader.undecodable
 
 
 def _int(value, bits: int = 32, minimum: int | None = None) -> int | None:
@@ -529,30 +630,41 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
         with tempfile.TemporaryDirectory(prefix="wanscope-") as tmp:
             with _open(path, gz) as f:
                 header, rest = _read_header(f, path)
+                while rest.count(b"\n") < 2 and len(rest) < (1 << 20):  # the first event's first line
+                    more = f.read(1 << 16)  # (the header read may stop right after the "[")
+                    if not more:
+                        break
+                    rest += more
                 layout = _Layout.detect(rest)
-                trailer = b""
+                trailer = None
                 if layout is not None:
                     writer = _ChunkWriter(tmp, layout.marker)
                     try:
                         trailer = _staged_in_batches(layout.chunks(f, rest, path, writer.write), stage, STAGE_FILES)
                     except _Truncated:
                         raise InputError(path, "truncated: ends inside traceEvents") from None
-                    except duckdb.InvalidInputException:
-                        # Not valid JSON where it was cut, or an odd layout that only looked
-                        # like ours: the streaming parser reads it again and decides.
+                    except (_OtherLayout, duckdb.InvalidInputException, duckdb.OutOfMemoryException):
+                        # Not valid JSON where it was cut, an odd layout that only looked like
+                        # ours, or an event too large for DuckDB's reader: the streaming parser
+                        # reads it again (keeping only the fields staged) and decides.
                         _discard_source(con, rank)
                         warn.clear()
                         events[0] = 0
                         layout = None
+                after: dict = {}
                 if layout is None:
                     f.seek(0)
                     writer = _ChunkWriter(tmp)
-                    _stream_events(f, path, writer, stage)
+                    _stream_events(f, path, writer, stage, after)
             meta = _header_dict(header, trailer, path)
+            meta.update(after)
         _flush(con, force=True)
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise InputError(path, f"truncated or corrupt gzip ({e})") from None
     except duckdb.InvalidInputException as e:
+        if "maximum_object_size" in str(e):  # the fields staged of one event pass DuckDB's limit
+            raise InputError(path, "an event too large for DuckDB's JSON reader: "
+                                   "not a PyTorch profiler trace") from None
         raise InputError(path, f"malformed JSON ({str(e).splitlines()[0][:120]})") from None
     except duckdb.Error as e:
         raise InputError(path, f"cannot ingest ({str(e).splitlines()[0][:120]})") from None

@@ -25,9 +25,9 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # DuckDB's buffer limit: past it, table data and intermediates spill to a temporary
 # directory, so peak memory stays bounded for traces of any size (measured:
 # benchmarks/RESULTS.md, "analyze").
-DUCKDB_MEMORY_LIMIT = "144MB"
+DUCKDB_MEMORY_LIMIT = "136MB"
 # ... and while the nesting of host ranges holds its numpy arrays (trace/link.py).
-NEST_MEMORY_LIMIT = "64MB"
+NEST_MEMORY_LIMIT = "48MB"
 GZIP_MAGIC = b"\x1f\x8b"
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
 

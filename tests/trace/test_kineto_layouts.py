@@ -43,6 +43,16 @@ def mini(e) -> str:
     return json.dumps(e, separators=(",", ":"))
 
 
+def three_layouts(events, native_tail: str = "") -> tuple[tuple[str, str], ...]:
+    """(name, file text) of ``events`` in torch.profiler's block layout (``native_tail``
+    after its ``]``), one event per line, and minified."""
+    return (
+        ("native", '{\n  "traceEvents": [\n' + ",\n".join(map(block, events)) + "\n  ]" + native_tail + "\n}\n"),
+        ("lines", '{"traceEvents": [\n' + ",\n".join(map(line, events)) + "\n]}\n"),
+        ("min", '{"traceEvents":[' + ",".join(map(mini, events)) + "]}"),
+    )
+
+
 def result(path) -> dict:
     out = analyze(open_traces([path]))
     out.pop("sources")
@@ -117,11 +127,7 @@ def test_cuts_at_every_offset_agree(tmp_path, monkeypatch, chunk):
     for i in range(60):
         events += [launch(100 + 20 * i, i), kernel(101 + 20 * i + (i % 7) / 1000, 3 + i % 5, i, name="k" * (1 + i % 37))]
     results = []
-    for name, text in (
-        ("native", '{\n  "traceEvents": [\n' + ",\n".join(map(block, events)) + '\n  ],\n  "traceName": "x"\n}\n'),
-        ("lines", '{"traceEvents": [\n' + ",\n".join(map(line, events)) + "\n]}\n"),
-        ("min", '{"traceEvents":[' + ",".join(map(mini, events)) + "]}"),
-    ):
+    for name, text in three_layouts(events, native_tail=',\n  "traceName": "x"'):
         path = tmp_path / f"{name}.json"
         path.write_text(text)
         results.append(result(path))
@@ -319,11 +325,7 @@ def test_ranges_with_the_same_times_nest_by_external_id(tmp_path, monkeypatch):
                    {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1, "tid": 1,
                     "ts": ts + 1, "dur": 5, "args": {"correlation": i + 1}}]
     results = []
-    for layout, text in (
-        ("native", '{\n  "traceEvents": [\n' + ",\n".join(map(block, events)) + "\n  ]\n}\n"),
-        ("lines", '{"traceEvents": [\n' + ",\n".join(map(line, events)) + "\n]}\n"),
-        ("min", '{"traceEvents":[' + ",".join(map(mini, events)) + "]}"),
-    ):
+    for layout, text in three_layouts(events):
         path = tmp_path / f"{layout}.json"
         path.write_text(text)
         con = open_traces([path])

@@ -129,20 +129,22 @@ class _Ingest:
         finally:
             self.con.unregister(view)
 
-    def _timed(self, table: str, alias: str = "") -> str:
+    def _timed(self, table: str, alias: str = "", zero_start: bool = False) -> str:
         """WHERE clause selecting the records of ``table`` (named ``alias`` in the query)
-        with usable times, after counting the others into the warnings."""
+        with usable times, after counting the others into the warnings. GPU records need
+        positive start and end; API calls (``zero_start``) only a start >= 0."""
         ints = _integers("start", '"end"')
+        bad, good = ("start < 0", "start >= 0") if zero_start else ('start <= 0 OR "end" <= 0', 'start > 0 AND "end" > 0')
         no_timing, backwards = self.export.con.execute(
-            f'SELECT count(*) FILTER (WHERE NOT ({ints}) OR start <= 0 OR "end" <= 0), '
-            f'count(*) FILTER (WHERE {ints} AND start > 0 AND "end" > 0 AND "end" < start) FROM "{table}"'
+            f'SELECT count(*) FILTER (WHERE NOT ({ints}) OR {bad}), '
+            f'count(*) FILTER (WHERE {ints} AND {good} AND "end" < start) FROM "{table}"'
         ).fetchone()
         self._warn("no_timing", no_timing)
         self._warn("end_before_start", backwards)
         p = f"{alias}." if alias else ""
         start, end = f"{p}start", f'{p}"end"'
-        # integers, start > 0 and end >= start: end - start fits in 64 bits
-        return f"{_integers(start, end)} AND {start} > 0 AND {end} >= {start}"
+        # integers, start > 0 (>= 0) and end >= start: end - start fits in 64 bits
+        return f"{_integers(start, end)} AND {start} {'>=' if zero_start else '>'} 0 AND {end} >= {start}"
 
     # --- ranks ----------------------------------------------------------------------
 
@@ -228,18 +230,12 @@ class _Ingest:
         table = self.export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
         if not table:
             return
-        ints = _integers("start", '"end"')
-        no_timing, backwards = self.export.con.execute(
-            f'SELECT count(*) FILTER (WHERE NOT ({ints}) OR start < 0), '
-            f'count(*) FILTER (WHERE {ints} AND start >= 0 AND "end" < start) FROM "{table}"'
-        ).fetchone()
-        self._warn("no_timing", no_timing)
-        self._warn("end_before_start", backwards)
+        valid = self._timed(table, "r", zero_start=True)
         rows = []
         for raw, pid, tid, s, e, corr in self.export.con.execute(
             f"""SELECT s.value, (r.globalTid >> 24) & 16777215, r.globalTid & 16777215, r.start, r."end", r.correlationId
                 FROM "{table}" AS r JOIN StringIds AS s ON s.id = r.nameId
-                WHERE {_integers("r.start", 'r."end"')} AND r.start >= 0 AND r."end" >= r.start"""
+                WHERE {valid}"""
         ):
             kind = "runtime" if raw.startswith("cuda") else "driver"
             rows.append((kind, api_name(raw), raw, pid, tid, s, e, corr))

@@ -18,15 +18,6 @@ from hostile_cli import (EMBEDDED, REPO, assert_one_line_error, gzip_stream, ker
                          write_minified)
 
 
-@pytest.fixture(scope="module")
-def wanscope_db(tmp_path_factory):
-    """A database written by ``analyze --db`` from the embedded trace."""
-    db = tmp_path_factory.mktemp("db") / "ours.duckdb"
-    r = run_cli("analyze", EMBEDDED, "--db", db, "--format", "json")
-    assert r.returncode == 0, r.stderr
-    return db
-
-
 def analyze_json(path) -> dict:
     r = run_cli("analyze", path, "--format", "json")
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
@@ -134,9 +125,9 @@ def test_unreadable_file_as_another_user(tmp_path_factory):
 
 # --- databases ----------------------------------------------------------------------------
 
-def test_truncated_wanscope_database(tmp_path, wanscope_db):
+def test_truncated_wanscope_database(tmp_path, embedded_db):
     cut = tmp_path / "cut.duckdb"
-    data = wanscope_db.read_bytes()
+    data = embedded_db.read_bytes()
     cut.write_bytes(data[: len(data) // 2])
     assert_one_line_error(run_cli("analyze", cut), cut)
     cut.write_bytes(data[:20])
@@ -169,9 +160,9 @@ def test_db_never_replaces_a_file_that_is_not_a_database(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
-def test_db_replaces_an_earlier_database(tmp_path, wanscope_db):
+def test_db_replaces_an_earlier_database(tmp_path, embedded_db):
     db = tmp_path / "keep.duckdb"
-    shutil.copy(wanscope_db, db)
+    shutil.copy(embedded_db, db)
     r = run_cli("analyze", EMBEDDED, "--db", db, "--format", "json")
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.duckdb"]
@@ -194,9 +185,9 @@ def test_db_that_is_a_fifo_is_refused(tmp_path):
     assert fifo.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == ["null"]
 
 
-def test_db_with_a_database_input_is_an_error(tmp_path, wanscope_db):
+def test_db_with_a_database_input_is_an_error(tmp_path, embedded_db):
     out = tmp_path / "copy.duckdb"
-    assert_one_line_error(run_cli("analyze", wanscope_db, "--db", out), "--db")
+    assert_one_line_error(run_cli("analyze", embedded_db, "--db", out), "--db")
     assert not out.exists()
 
 

@@ -687,7 +687,7 @@ def _discard_source(con, rank: int) -> None:
     for table in _TABLES:
         con.execute(f"DELETE FROM {table} WHERE rank = ?", [rank])
         con.execute(f"TRUNCATE _buf_{table}")
-    con.execute("DROP TABLE IF EXISTS _kineto_flows")
+    con.execute("TRUNCATE _kineto_flows")
     con.execute("DROP TABLE IF EXISTS _stage")
 
 
@@ -705,8 +705,6 @@ def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
     for kind, n in zip(_WARNINGS, counts):
         if n:
             warn[kind] = warn.get(kind, 0) + n
-    if not _has_table(con, "_kineto_flows"):
-        con.execute("CREATE TEMP TABLE _kineto_flows (id VARCHAR, ph VARCHAR)")
     con.execute("INSERT INTO _kineto_flows SELECT id, ph FROM _stage WHERE dest = 'flow'")
     con.execute(f"""
         INSERT INTO _buf_kernels
@@ -752,8 +750,11 @@ FLUSH_ROWS = 1 << 18
 
 
 def _create_buffers(con) -> None:
+    """The per-file temporary tables: row buffers (dropped by ``_drop_buffers``) and the
+    flow halves (read and dropped by ``_finish_source``)."""
     for table in _TABLES:
         con.execute(f"CREATE OR REPLACE TEMP TABLE _buf_{table} AS SELECT * FROM {table} LIMIT 0")
+    con.execute("CREATE OR REPLACE TEMP TABLE _kineto_flows (id VARCHAR, ph VARCHAR)")
 
 
 def _flush(con, force: bool) -> None:
@@ -768,21 +769,15 @@ def _drop_buffers(con) -> None:
         con.execute(f"DROP TABLE IF EXISTS _buf_{table}")
 
 
-def _has_table(con, name: str) -> bool:
-    return bool(con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [name]).fetchall()[0][0])
-
-
 def _finish_source(con, path: Path, source_id: int, rank: int, meta: dict, events: int, warn: dict) -> None:
     """Set the rank of this source's rows, record devices, meta and warnings."""
-    if _has_table(con, "_kineto_flows"):
-        unpaired = con.execute("""
-            SELECT count(*) FROM (SELECT id FROM _kineto_flows GROUP BY id
-                                  HAVING count(*) FILTER (ph = 's') = 0 OR count(*) FILTER (ph = 'f') = 0)
-        """).fetchall()[0][0]
-        con.execute("DROP TABLE _kineto_flows")
-        if unpaired:
-            warn["unpaired_flow"] = unpaired
+    unpaired = con.execute("""
+        SELECT count(*) FROM (SELECT id FROM _kineto_flows GROUP BY id
+                              HAVING count(*) FILTER (ph = 's') = 0 OR count(*) FILTER (ph = 'f') = 0)
+    """).fetchall()[0][0]
+    con.execute("DROP TABLE _kineto_flows")
+    if unpaired:
+        warn["unpaired_flow"] = unpaired
     for table in _TABLES:
         con.execute(f"UPDATE {table} SET rank = ? WHERE rank = ?", [rank, _placeholder_rank(source_id)])
     con.execute("INSERT INTO sources VALUES (?, ?, 'kineto', ?, ?)", [source_id, str(path), rank, events])

@@ -7,7 +7,7 @@ Histogram bins (ns): <1 us, 1-10 us, 10-100 us, 0.1-1 ms, >=1 ms.
 
 from __future__ import annotations
 
-from wanscope.analysis.scope import ISLANDS_SQL, Scope
+from wanscope.analysis.scope import GROUPED_SQL, ISLANDS_OF, Scope
 from wanscope.analysis.stacks import launch_stack
 
 BINS = (("<1us", 0, 1_000), ("1-10us", 1_000, 10_000), ("10-100us", 10_000, 100_000),
@@ -25,11 +25,9 @@ def idle_gaps(con, scope: Scope, largest: int, min_gap_ns: int = 0) -> dict[tupl
     )
     # The activity with its island numbers, computed once (a temporary table: the window
     # passes are the cost); then the gaps between islands, binned and ranked.
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _grouped_activity AS {scope.ctes()}, {ISLANDS_SQL} SELECT * FROM _grouped")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _grouped_activity AS {scope.ctes()}, {GROUPED_SQL} SELECT * FROM _grouped")
     gaps = f"""
-    WITH islands AS (
-      SELECT rank, device, island, min(start_ns) AS start_ns, max(end_ns) AS end_ns
-      FROM _grouped_activity GROUP BY ALL),
+    WITH islands AS ({ISLANDS_OF.format('_grouped_activity')}),
     holes AS (
       SELECT rank, device, end_ns AS start_ns,
              lead(start_ns) OVER w - end_ns AS dur_ns, lead(island) OVER w AS next_island

@@ -153,9 +153,11 @@ class Scope:
             """
 
 
-# The union of a device's activity intervals, as islands: (rank, device, island, start_ns,
-# end_ns). Overlapping and touching intervals (on any stream) merge.
-ISLANDS_SQL = """
+# The union of a device's activity intervals, as islands. GROUPED_SQL numbers them:
+# ``_grouped`` is the activity with an ``island`` column; overlapping and touching intervals
+# (on any stream) share one. ISLANDS_OF aggregates such rows into (rank, device, island,
+# start_ns, end_ns); ISLANDS_SQL does both as CTEs ending in ``islands``.
+GROUPED_SQL = """
   _ordered AS (
     SELECT *, max(end_ns) OVER (PARTITION BY rank, device ORDER BY start_ns, end_ns
                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
@@ -163,8 +165,7 @@ ISLANDS_SQL = """
   _grouped AS (
     SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
                 OVER (PARTITION BY rank, device ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
-    FROM _ordered),
-  islands AS (
-    SELECT rank, device, island, min(start_ns) AS start_ns, max(end_ns) AS end_ns
-    FROM _grouped GROUP BY ALL)
+    FROM _ordered)
 """
+ISLANDS_OF = "SELECT rank, device, island, min(start_ns) AS start_ns, max(end_ns) AS end_ns FROM {} GROUP BY ALL"
+ISLANDS_SQL = f"{GROUPED_SQL.rstrip()},\n  islands AS ({ISLANDS_OF.format('_grouped')})\n"

@@ -13,7 +13,8 @@ process group started with ``python -m torch.distributed.run``:
 - ``ours_ulysses_Ngpu``: N GPUs, 1/N of the tokens per GPU, all-to-alls around attention, for
   each head grouping of ``--head-groups`` in the same process group (``g=1``: the all-to-alls
   not overlapped; ``g=3``: 3 head groups pipelined with attention; ``g=1+4+1``: explicit group
-  sizes; ``parallel/ulysses.py``), each on the high-priority NCCL stream ``setup_from_env``
+  sizes; ``g=2@copy-engine``: over copy engines, ``parallel/exchange.py``; ``parallel/ulysses.py``),
+  each on the high-priority NCCL stream ``setup_from_env``
   gives the Ulysses group, and those of ``--normal-priority`` again on a normal-priority one;
 - ``ours_cfg+ulysses_Ngpu`` (N >= 4): 2 CFG branches x Ulysses over N/2;
 - ``diffusers_1gpu``: diffusers' ``WanTransformer3DModel``, two forwards per step;
@@ -113,9 +114,11 @@ def parse_args(argv=None):
     p.add_argument("--kernels", choices=["torch", "triton"], default="torch", help="our DiT's block kernels")
     p.add_argument("--gpus", default="1,2", help="comma-separated GPU counts (see plan_cases)")
     p.add_argument("--only", help="comma-separated subset of the planned case names")
-    p.add_argument("--head-groups", default="1,2,3,6,1+4+1",
-                   help="Ulysses head groupings to time, comma-separated: a count (3) or sizes (1+4+1); "
-                        "those that do not fit a case's heads per rank are skipped")
+    p.add_argument("--head-groups", default="1,2,2@copy-engine,3,6,1+4+1",
+                   help="Ulysses head groupings to time, comma-separated: a count (3) or sizes (1+4+1), "
+                        "'@copy-engine' or '@nccl' after one picks its transport (parallel/exchange.py; "
+                        "default plan.ulysses_transport's); those that do not fit a case's heads per rank "
+                        "are skipped")
     p.add_argument("--normal-priority", default="3",
                    help="of those, the ones to time again with the all-to-alls on a normal-priority stream "
                         "('' for none)")
@@ -191,8 +194,9 @@ def ulysses_variants(args, heads_per_rank: int) -> list[tuple[str, str, bool]]:
     out, seen = [], set()
     for option, high_priority in ((args.head_groups, True), (args.normal_priority, False)):
         for spec in (t.strip() for t in option.split(",") if t.strip()):
+            groups, _, transport = spec.partition("@")
             try:
-                key = (tuple(head_group_sizes(heads_per_rank, parse_head_groups(spec))), high_priority)
+                key = (tuple(head_group_sizes(heads_per_rank, parse_head_groups(groups))), high_priority, transport)
             except UsageError:
                 continue
             if key not in seen:
@@ -221,7 +225,10 @@ def exposed_communication(trace: Path) -> dict:
     (|X u compute| - |compute|, compute = every non-NCCL kernel; memory operations are
     neither, as in ``wanscope.analysis.ranks``); for the all-to-alls (NCCL's
     ``SendRecv``/``AllToAll`` kernels) and for all NCCL kernels. An NCCL kernel that waits for
-    a late peer counts as exposed for the time it waits. ``{"kernels": 0}`` without GPU kernels.
+    a late peer counts as exposed for the time it waits. The copy-engine transport's barriers
+    (symmetric memory's ``barrier_kernel``) count as communication, its copies (``gpu_memcpy``
+    events) as ``copy_engine_ms`` and ``exposed_copy_engine_ms``. ``{"kernels": 0}`` without
+    GPU kernels.
     """
     events = json.loads(trace.read_text())["traceEvents"]
     starts = [float(e["ts"]) for e in events if e.get("ph") == "X" and e.get("name") == STEP_RANGE]
@@ -231,9 +238,13 @@ def exposed_communication(trace: Path) -> dict:
     kernels = [k for k in kernels if since_ns is None or k[0] >= since_ns]
     if not kernels:
         return {"kernels": 0}
+    copies = [(round(float(e["ts"]) * 1000), round(float(e["dur"]) * 1000)) for e in events
+              if e.get("ph") == "X" and e.get("cat") == "gpu_memcpy"]
+    copies = [(s, s + d) for s, d in copies if since_ns is None or s >= since_ns]
     span = [(s, s + d) for s, d, _ in kernels]
-    compute = [iv for iv, (_, _, n) in zip(span, kernels) if "nccl" not in n]
-    comm = [iv for iv, (_, _, n) in zip(span, kernels) if "nccl" in n]
+    is_comm = ["nccl" in n or "barrier_kernel" in n for _, _, n in kernels]
+    compute = [iv for iv, c in zip(span, is_comm) if not c]
+    comm = [iv for iv, c in zip(span, is_comm) if c]
     a2a = [iv for iv, (_, _, n) in zip(span, kernels) if "nccl" in n and ("sendrecv" in n or "alltoall" in n)]
     busy = _union_ns(compute)
 
@@ -245,6 +256,8 @@ def exposed_communication(trace: Path) -> dict:
         "all_to_all_count": len(a2a), "all_to_all_ms": ms(sum(e - s for s, e in a2a)),
         "exposed_all_to_all_ms": ms(_union_ns(a2a + compute) - busy),
         "communication_ms": ms(sum(e - s for s, e in comm)),
+        "copy_engine_ms": ms(sum(e - s for s, e in copies)),
+        "exposed_copy_engine_ms": ms(_union_ns(copies + compute) - busy),
         "exposed_communication_ms": ms(_union_ns(comm + compute) - busy),
     }
 
@@ -283,7 +296,9 @@ def run_ours(args, mode, height, width) -> dict:
                 contexts[high_priority] = with_ulysses_priority(ctx, high_priority)
             vctx = contexts[high_priority]
             if groups is not None:
-                shard_dit(vctx, dit, parse_head_groups(groups))  # replaces the previous variant's hooks
+                sizes, _, transport = groups.partition("@")
+                # replaces the previous variant's hooks
+                shard_dit(vctx, dit, parse_head_groups(sizes), transport or None)
             clock = _Clock(device)
             clock.mark()
             latents = denoise(dit, noise, cond, uncond, FlowSampler(schedule), cfg.sampling.guidance, stop=total,

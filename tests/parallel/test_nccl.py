@@ -1,6 +1,6 @@
 """The parallel paths on 2 GPUs with NCCL (skipped without 2 CUDA devices): the pipelined
-Ulysses attention and latents equal one GPU's for every head grouping and with both CFG
-branches in one batch; ``generate`` and ``profile`` under torchrun; a rank that dies or
+Ulysses attention and latents equal one GPU's for every head grouping, over NCCL and over
+copy engines, and with both CFG branches in one batch; ``generate`` and ``profile`` under torchrun; a rank that dies or
 freezes ends the other with one line (the heartbeat of ``parallel/watch.py``: NCCL itself
 would spin until its watchdog aborts).
 
@@ -31,7 +31,7 @@ from wanscope.wan.pipeline import denoise
 from wanscope.wan.sampler import FlowSampler, flow_schedule
 
 pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices (NCCL)")
-SPECS = ["1", "2", "3", "1+2"]  # 6 heads: 3 per rank
+SPECS = ["1", "2", "3", "1+2", "1@nccl", "2@copy-engine", "1+2@copy-engine"]  # 6 heads: 3 per rank
 TEST_S = 60.0  # the most any test here takes
 
 

@@ -12,7 +12,9 @@ from launch import HERE, run_ranks
 from ulysses_worker import GUIDANCE, STEPS, attention_inputs, dit_inputs
 
 from wanscope.errors import UsageError
-from wanscope.parallel.plan import head_group_sizes, parse_head_groups
+from wanscope.parallel.exchange import make_transport
+from wanscope.parallel.group import ParallelContext
+from wanscope.parallel.plan import head_group_sizes, parse_head_groups, ulysses_transport
 from wanscope.parallel.ulysses import shard_sizes
 from wanscope.wan.attention import attention
 from wanscope.wan.pipeline import denoise
@@ -42,8 +44,28 @@ def test_parse_head_groups():
         parse_head_groups("3x")
 
 
+def cpu_context(**changes) -> ParallelContext:
+    """A rank of a 2-rank Ulysses run on the CPU, without a process group (nothing here talks)."""
+    fields = dict(mode="ulysses", rank=1, world_size=2, local_rank=1, cfg_degree=1, ulysses_degree=2,
+                  device=torch.device("cpu"), timeout_s=60.0, cfg_group=None, ulysses_group=None)
+    return ParallelContext(**(fields | changes))
+
+
+def test_transports():
+    assert ulysses_transport("cpu") == "nccl"
+    with pytest.raises(UsageError, match="the copy-engine Ulysses transport needs CUDA devices; use nccl"):
+        make_transport("copy-engine", cpu_context())
+    with pytest.raises(UsageError, match="unknown Ulysses transport 'nvlink'; known: nccl, copy-engine"):
+        make_transport("nvlink", cpu_context())
+    # NCCL's buffers: this rank's 4 tokens for each of 2 ranks, every rank's 9 tokens back
+    groups = make_transport("nccl", cpu_context()).head_groups([5, 4], 1, 2, [2, 1], 8, torch.float32,
+                                                                 torch.device("cpu"))
+    assert [(g.first, tuple(g.send.shape), tuple(g.recv.shape)) for g in groups] == [
+        (0, (3, 2, 4, 2, 2, 8), (3, 9, 2, 2, 8)), (2, (3, 2, 4, 2, 1, 8), (3, 9, 2, 1, 8))]
+
+
 @pytest.mark.parametrize("world_size, specs", [
-    (2, ["1", "2", "3", "1+2", "9"]),  # 3 heads per rank; 9 groups -> one per head
+    (2, ["1", "2", "3", "1+2", "9", "2@nccl"]),  # 3 heads per rank; 9 groups -> one per head
     (3, ["1", "2"]),  # 2 heads per rank, 13 tokens -> shards of 5, 4, 4
 ])
 def test_every_grouping_gives_the_same_attention_and_latents(tmp_path, world_size, specs):

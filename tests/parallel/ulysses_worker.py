@@ -4,7 +4,8 @@ GPU per rank, NCCL)::
 
     python ulysses_worker.py DEVICE OUT_DIR SPEC [SPEC ...]
 
-For every head-group SPEC (``plan.parse_head_groups``: ``3``, ``2+1``, ...):
+For every head-group SPEC (``plan.parse_head_groups``: ``3``, ``2+1``, ...; under CUDA also
+``SPEC@copy-engine``: the same grouping over the copy-engine transport, ``parallel/exchange.py``):
 
 1. ``Ulysses.attention`` on seeded q, k, v [2, 13, 6, 8] (B = 2; 13 tokens, so the shards
    differ in length): this rank's rows of the output go to ``OUT_DIR/attention-rank{r}.pt``
@@ -57,13 +58,19 @@ def dit_inputs(device: str | torch.device = "cpu"):
     return dit, noise, cond, uncond
 
 
+def parse_spec(spec: str) -> tuple[int | tuple[int, ...], str | None]:
+    """``"2+1@copy-engine"`` -> ((2, 1), "copy-engine"); ``"3"`` -> (3, None): the default transport."""
+    groups, _, transport = spec.partition("@")
+    return parse_head_groups(groups), transport or None
+
+
 def main(device_type: str, out_dir: Path, specs: list[str]) -> None:
     with setup_from_env("ulysses", device_type, timeout_s=60, num_heads=N) as ctx:
         q, k, v = attention_inputs(ctx.device)
         rope = torch.ones(L, 1, D // 2, device=ctx.device), torch.zeros(L, 1, D // 2, device=ctx.device)
         rows = {}
         for spec in specs:
-            ulysses = Ulysses(ctx, N, parse_head_groups(spec))
+            ulysses = Ulysses(ctx, N, *parse_spec(spec))
             ulysses.shard(q.flatten(2), rope)  # records the token split
             start = sum(shard_sizes(L, ctx.world_size)[: ctx.rank])
             mine = slice(start, start + shard_sizes(L, ctx.world_size)[ctx.rank])
@@ -73,7 +80,7 @@ def main(device_type: str, out_dir: Path, specs: list[str]) -> None:
         latents = {}
         for spec in specs:
             dit, noise, cond, uncond = dit_inputs(ctx.device)
-            shard_dit(ctx, dit, parse_head_groups(spec))
+            shard_dit(ctx, dit, *parse_spec(spec))
             sampler = FlowSampler(flow_schedule(STEPS, 5.0))
             latents[spec] = denoise(dit, noise, cond, uncond, sampler, GUIDANCE, parallel=ctx).cpu()
         batched = denoise(dit, noise, cond, uncond, FlowSampler(flow_schedule(STEPS, 5.0)), GUIDANCE, cfg="batched",

@@ -20,6 +20,11 @@ DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_ULYSSES_HEAD_GROUPS = 2
 
 
+def ulysses_transport(device_type: str) -> str:
+    """The default transport of Ulysses' all-to-alls (``parallel/exchange.py``) on ``device_type``."""
+    return "nccl"
+
+
 def degrees(mode: str, world_size: int) -> tuple[int, int]:
     """(cfg_degree, ulysses_degree) of ``mode`` on ``world_size`` ranks.
 

@@ -51,21 +51,23 @@ and forward, with E = B L_r N D elements of s bytes each:
 The fused path (``wan/fused.py``) hands ``attention`` finished q, k, v (its RMSNorm+RoPE
 kernel allocates them), which are still copied into the send buffers: 8 E s.
 
+How the bytes move is the transport's (``exchange.py``): NCCL's all-to-all, or copies
+between symmetric-memory buffers that the copy engines carry (no SMs taken from attention).
+
 Heads must divide by P (``check_heads`` names the degrees that do); tokens need not.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
-import torch.distributed as dist
 
+from wanscope.parallel.exchange import HeadGroup, make_transport
 from wanscope.parallel.group import ParallelContext, all_gather_dim0
 from wanscope.parallel.plan import (
     DEFAULT_ULYSSES_HEAD_GROUPS,
     check_heads,
     head_group_sizes,
+    ulysses_transport,
 )
 from wanscope.wan import ranges
 from wanscope.wan.attention import AttentionBackend, attention
@@ -75,24 +77,6 @@ QKV_ALL_TO_ALL = "wanscope/parallel/ulysses_qkv"
 OUT_ALL_TO_ALL = "wanscope/parallel/ulysses_out"
 GATHER = "wanscope/parallel/ulysses_gather"
 _Q, _K, _V = range(3)  # tensor index in the send and receive buffers
-
-
-@dataclass
-class _HeadGroup:
-    """One head group's buffers in one self-attention call.
-
-    Attributes:
-        first: its first head within each rank's block of N/P heads.
-        send: [3, P, L_r, B, hg, D] q, k, v; chunk j goes to rank j: heads ``j N/P + first``..
-            of this rank's tokens.
-        recv: [3, L, B, hg, D] every rank's tokens of this rank's heads ``first``.., in order.
-        works: the pending all-to-alls into ``recv``.
-    """
-
-    first: int
-    send: torch.Tensor
-    recv: torch.Tensor
-    works: list
 
 
 def shard_sizes(length: int, degree: int) -> list[int]:
@@ -112,19 +96,22 @@ class Ulysses:
         num_heads: the DiT's attention heads.
         head_groups: how the N/P heads of a rank are pipelined (``plan.head_group_sizes``): a
             count, or the group sizes.
+        transport: how the all-to-alls move data (``exchange.TRANSPORTS``): ``nccl`` or
+            ``copy-engine`` (CUDA only); default ``plan.ulysses_transport``'s choice.
 
     Raises:
-        UsageError: the Ulysses degree does not divide ``num_heads``, or bad ``head_groups``.
+        UsageError: the Ulysses degree does not divide ``num_heads``, bad ``head_groups``, or
+            a transport this run cannot use.
     """
 
     def __init__(self, ctx: ParallelContext, num_heads: int,
-                 head_groups: int | tuple[int, ...] = DEFAULT_ULYSSES_HEAD_GROUPS):
+                 head_groups: int | tuple[int, ...] = DEFAULT_ULYSSES_HEAD_GROUPS, transport: str | None = None):
         check_heads(num_heads, ctx.ulysses_degree, ctx.cfg_degree)
         self.ctx = ctx
         self.degree = ctx.ulysses_degree
         self.index = ctx.ulysses_rank
         self.group_sizes = head_group_sizes(num_heads // self.degree, head_groups)
-        self._firsts = [sum(self.group_sizes[:g]) for g in range(len(self.group_sizes))]
+        self.transport = make_transport(transport or ulysses_transport(ctx.device.type), ctx)
         self._sizes: list[int] = []
 
     def install(self, dit: torch.nn.Module) -> None:
@@ -172,9 +159,9 @@ class Ulysses:
         Raises:
             ParallelError: an all-to-all failed.
         """
-        b, n_local, dim = x.shape
+        b, _, dim = x.shape
         heads = attn.num_heads
-        groups = self._head_groups(b, n_local, dim // heads, x.dtype, x.device)
+        groups = self._head_groups(b, dim // heads, x.dtype, x.device)
         self._project(groups, _V, attn.v, x)
         self._send(groups, (_V,))
         for i, proj, norm in ((_K, attn.k, attn.norm_k), (_Q, attn.q, attn.norm_q)):
@@ -199,22 +186,18 @@ class Ulysses:
         Raises:
             ParallelError: an all-to-all failed.
         """
-        b, n_local, _, d = q.shape
-        groups = self._head_groups(b, n_local, d, q.dtype, q.device)
+        b, _, _, d = q.shape
+        groups = self._head_groups(b, d, q.dtype, q.device)
         for i, t in enumerate((q, k, v)):
             self._store(groups, i, t)
         self._send(groups, (_Q, _K, _V))  # group by group: the first group's inputs arrive first
         return self._attend(groups, backend)
 
-    def _head_groups(self, b: int, n_local: int, d: int, dtype: torch.dtype,
-                     device: torch.device) -> list[_HeadGroup]:
+    def _head_groups(self, b: int, d: int, dtype: torch.dtype, device: torch.device) -> list[HeadGroup]:
         """Empty buffers of every head group for one self-attention call."""
-        length = sum(self._sizes)
-        return [_HeadGroup(first, torch.empty((3, self.degree, n_local, b, hg, d), dtype=dtype, device=device),
-                           torch.empty((3, length, b, hg, d), dtype=dtype, device=device), [])
-                for first, hg in zip(self._firsts, self.group_sizes)]
+        return self.transport.head_groups(self._sizes, self.index, b, self.group_sizes, d, dtype, device)
 
-    def _store(self, groups: list[_HeadGroup], i: int, t: torch.Tensor) -> None:
+    def _store(self, groups: list[HeadGroup], i: int, t: torch.Tensor) -> None:
         """Write ``t`` [B, L_r, N, D] (any dtype: rounded to the buffers') into tensor ``i`` of
         every group's send buffer: head j*h + first + c of ``t`` to chunk j, head c."""
         heads = t.unflatten(2, (self.degree, -1))  # [B, L_r, P, N/P, D]
@@ -222,7 +205,7 @@ class Ulysses:
             hg = g.send.shape[4]
             g.send[i].permute(2, 1, 0, 3, 4).copy_(heads[:, :, :, g.first : g.first + hg])
 
-    def _project(self, groups: list[_HeadGroup], i: int, linear: torch.nn.Linear, x: torch.Tensor) -> None:
+    def _project(self, groups: list[HeadGroup], i: int, linear: torch.nn.Linear, x: torch.Tensor) -> None:
         """Tensor ``i`` of every send buffer as ``linear(x)``, one GEMM per head group, rank and
         batch row, each writing its chunk in place (the rows of one chunk's heads are contiguous
         in the weight). x: [B, L_r, dim]. Inference only: ``out=`` does not record gradients."""
@@ -236,25 +219,16 @@ class Ulysses:
                     # [L_r, hg * D]: contiguous for B = 1, rows B * hg * D apart otherwise
                     torch.addmm(bias[rows], x[row], weight[rows].t(), out=g.send[i, j, :, row].flatten(1))
 
-    def _send(self, groups: list[_HeadGroup], tensors: tuple[int, ...]) -> None:
+    def _send(self, groups: list[HeadGroup], tensors: tuple[int, ...]) -> None:
         """Start the all-to-alls of ``tensors`` (indices into q, k, v) of every group, group by
-        group, on the communicator's stream (c10d orders them after the compute stream's work
-        issued so far)."""
-        n_local, p = groups[0].send.shape[2], self.degree
+        group, after the compute stream's work issued so far."""
         with ranges.named_range(QKV_ALL_TO_ALL), self.ctx.collective("the Ulysses all-to-all of q, k, v"):
-            for g in groups:
-                for i in tensors:
-                    # one call per tensor, so each lands contiguous [L, B, hg, D] rather than
-                    # interleaved with the other two: cuDNN's attention is slower on interleaved
-                    # rows (wan/fused.py measured 3% for a strided v alone)
-                    g.works.append(dist.all_to_all_single(g.recv[i], g.send[i].flatten(0, 1), self._sizes,
-                                                          [n_local] * p, group=self.ctx.ulysses_group, async_op=True))
+            self.transport.send(groups, tensors, self._sizes, self.index)
 
-    def _attend(self, groups: list[_HeadGroup], backend: AttentionBackend) -> torch.Tensor:
+    def _attend(self, groups: list[HeadGroup], backend: AttentionBackend) -> torch.Tensor:
         """Attention of each group once its inputs arrived, its output sent back while the next
         group's runs. Returns [B, L_r, N, D] in the buffers' dtype."""
         _, p, n_local, b, _, d = groups[0].send.shape
-        sizes, group = self._sizes, self.ctx.ulysses_group
         out = groups[0].send.new_empty((b, n_local, p, sum(self.group_sizes), d))  # heads split by rank
         pending: list = []  # (first head, output transfer) of the group whose output travels
         for g in groups:
@@ -264,12 +238,9 @@ class Ulysses:
             # [B, L, hg, D] views of token-major rows: cuDNN reads them and writes its output
             # token-major too (alloc_with_matching_layout), so no copy on either side of the call
             o = attention(*(g.recv[i].transpose(0, 1) for i in range(3)), backend)
-            hg = o.shape[2]
             with ranges.named_range(OUT_ALL_TO_ALL), \
                     self.ctx.collective("the Ulysses all-to-all of the attention output"):
-                back = o.new_empty((p * n_local, b, hg, d))  # from rank j: its rows of head group j
-                work = dist.all_to_all_single(back, o.transpose(0, 1).contiguous(), [n_local] * p, sizes,
-                                              group=group, async_op=True)
+                back, work = self.transport.send_output(o, g, self._sizes, self.index)
                 # unpack the previous group now: its output crossed while this group's attention ran
                 self._unpack(out, pending)
                 pending = [(g.first, back, work)]
@@ -279,13 +250,12 @@ class Ulysses:
 
     def _unpack(self, out: torch.Tensor, pending: list) -> None:
         """Wait for each output transfer in ``pending`` and copy it into its heads of ``out``
-        [B, L_r, P, N/P, D] (received as [P * L_r, B, hg, D], rank j's rows first): the one
+        [B, L_r, P, N/P, D] (received as [P, L_r, B, hg, D], rank j's rows first): the one
         layout copy left (module docstring)."""
-        n_local, p = out.shape[1:3]
         for first, back, work in pending:
             work.wait()
-            hg = back.shape[2]
-            out[:, :, :, first : first + hg].copy_(back.unflatten(0, (p, n_local)).permute(2, 1, 0, 3, 4))
+            hg = back.shape[3]
+            out[:, :, :, first : first + hg].copy_(back.permute(2, 1, 0, 3, 4))
 
     def gather(self, out: torch.Tensor) -> torch.Tensor:
         """Every rank's rows of the output head, in token order.
@@ -311,12 +281,12 @@ class Ulysses:
 
 
 def shard_dit(ctx: ParallelContext, dit: torch.nn.Module,
-              head_groups: int | tuple[int, ...] = DEFAULT_ULYSSES_HEAD_GROUPS) -> None:
+              head_groups: int | tuple[int, ...] = DEFAULT_ULYSSES_HEAD_GROUPS, transport: str | None = None) -> None:
     """Install Ulysses into ``dit`` when this run has a Ulysses degree above 1 (else nothing).
 
     Raises:
-        UsageError: the degree does not divide the DiT's heads (``check_heads``), or bad
-            ``head_groups`` (``plan.head_group_sizes``).
+        UsageError: the degree does not divide the DiT's heads (``check_heads``), bad
+            ``head_groups`` (``plan.head_group_sizes``) or ``transport`` (``Ulysses``).
     """
     if ctx.ulysses_degree > 1:
-        Ulysses(ctx, dit.cfg.num_heads, head_groups).install(dit)
+        Ulysses(ctx, dit.cfg.num_heads, head_groups, transport).install(dit)

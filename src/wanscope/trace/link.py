@@ -108,21 +108,24 @@ FROM (SELECT DISTINCT rank, pid, tid FROM cpu_ops)
 # the profiler numbers in the order ops start (so the enclosing op first), ranges without
 # one (Python frames) before those with one, then by a hash of kind and name.
 _NEST_PIECE_SQL = """
-SELECT c.rowid AS rid, t.thread, c.start_ns, c.end_ns,
+SELECT t.thread, c.start_ns, c.end_ns,
        CASE WHEN c.external_id >= 0 THEN c.external_id
             ELSE (hash(c.kind, c.name) >> 2)::BIGINT - 4611686018427387904 END AS tie
 FROM cpu_ops c JOIN _threads t
   ON c.rank = t.rank AND c.pid IS NOT DISTINCT FROM t.pid AND c.tid IS NOT DISTINCT FROM t.tid
 WHERE c.rowid >= ? AND c.rowid < ?
+ORDER BY c.rowid
 """
 # cpu_ops is rewritten once with its nesting columns (cheaper in time and memory than an
-# UPDATE of every row).
+# UPDATE of every row). The pieces above are read in rowid order, the order in which the
+# table is scanned, so the nesting lines up with the rows by position (no join on rowid:
+# half the time of the rewrite, and no rowid array).
 _NEST_WRITE_SQL = """
 ALTER TABLE cpu_ops RENAME TO _cpu_unnested;
 CREATE TABLE cpu_ops AS
 SELECT n.id, nullif(n.parent, -1) AS parent_id, n.depth,
        c.* EXCLUDE (id, parent_id, depth)
-FROM _cpu_unnested c JOIN _nesting n ON c.rowid = n.rid;
+FROM _cpu_unnested c POSITIONAL JOIN _nesting n;
 DROP TABLE _cpu_unnested;
 DROP TABLE _threads;
 """
@@ -136,19 +139,18 @@ def _nest_cpu_ops(con: duckdb.DuckDBPyConnection) -> None:
         return
     n, limit = rows[0], rows[1]
     con.execute(_NEST_INPUT_SQL)
-    cols = {"rid": np.empty(n, np.int64), "thread": np.empty(n, np.int32),
+    cols = {"thread": np.empty(n, np.int32),
             "start_ns": np.empty(n, np.int64), "end_ns": np.empty(n, np.int64), "tie": np.empty(n, np.int64)}
     filled = 0
     for lo in range(0, limit, _PIECE_ROWS):
         piece = con.execute(_NEST_PIECE_SQL, [lo, lo + _PIECE_ROWS]).fetchnumpy()
-        k = len(piece["rid"])
+        k = len(piece["thread"])
         for name, out in cols.items():
             out[filled:filled + k] = piece[name]
         filled += k
-    rid = cols.pop("rid")
     # Popped into the call: nest holds the only references and frees them as it goes.
     ids, parent, depth = nest(cols.pop("thread"), cols.pop("start_ns"), cols.pop("end_ns"), cols.pop("tie"))
-    con.register("_nesting", {"rid": rid, "id": ids, "parent": parent, "depth": depth})
+    con.register("_nesting", {"id": ids, "parent": parent, "depth": depth})
     try:
         con.execute(_NEST_WRITE_SQL)
     finally:

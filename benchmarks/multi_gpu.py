@@ -13,9 +13,10 @@ process group started with ``python -m torch.distributed.run``:
 - ``ours_ulysses_Ngpu``: N GPUs, 1/N of the tokens per GPU, all-to-alls around attention, for
   each head grouping of ``--head-groups`` in the same process group (``g=1``: the all-to-alls
   not overlapped; ``g=3``: 3 head groups pipelined with attention; ``g=1+4+1``: explicit group
-  sizes; ``g=2@copy-engine``: over copy engines, ``parallel/exchange.py``; ``parallel/ulysses.py``),
-  each on the high-priority NCCL stream ``setup_from_env``
-  gives the Ulysses group, and those of ``--normal-priority`` again on a normal-priority one;
+  sizes; ``parallel/ulysses.py``), over the transport its suffix names (``@nccl``,
+  ``@copy-engine``: ``parallel/exchange.py``; none: ``plan.ulysses_transport``'s default, copy
+  engines on one host's GPUs), NCCL's on the high-priority stream ``setup_from_env`` gives the
+  Ulysses group, and those of ``--normal-priority`` again on a normal-priority one;
 - ``ours_cfg+ulysses_Ngpu`` (N >= 4): 2 CFG branches x Ulysses over N/2;
 - ``diffusers_1gpu``: diffusers' ``WanTransformer3DModel``, two forwards per step;
 - ``diffusers_ulysses_Ngpu``: the same with ``enable_parallelism(ContextParallelConfig(ulysses_degree=N))``.
@@ -114,12 +115,12 @@ def parse_args(argv=None):
     p.add_argument("--kernels", choices=["torch", "triton"], default="torch", help="our DiT's block kernels")
     p.add_argument("--gpus", default="1,2", help="comma-separated GPU counts (see plan_cases)")
     p.add_argument("--only", help="comma-separated subset of the planned case names")
-    p.add_argument("--head-groups", default="1,2,2@copy-engine,3,6,1+4+1",
+    p.add_argument("--head-groups", default="1@nccl,2@nccl,1@copy-engine,2@copy-engine,3@copy-engine,6@copy-engine",
                    help="Ulysses head groupings to time, comma-separated: a count (3) or sizes (1+4+1), "
                         "'@copy-engine' or '@nccl' after one picks its transport (parallel/exchange.py; "
                         "default plan.ulysses_transport's); those that do not fit a case's heads per rank "
                         "are skipped")
-    p.add_argument("--normal-priority", default="3",
+    p.add_argument("--normal-priority", default="2@nccl",
                    help="of those, the ones to time again with the all-to-alls on a normal-priority stream "
                         "('' for none)")
     p.add_argument("--no-profile", action="store_true", help="skip the profiled step of each Ulysses variant")

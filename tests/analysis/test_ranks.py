@@ -130,3 +130,13 @@ def test_analyze_has_a_ranks_section_only_with_several_ranks(con):
     assert analyze(con)["ranks"] == expected()
     single = open_traces([shared_fixture(FIXTURE) / "sampled_rank-0.json.gz"])
     assert "ranks" not in analyze(single)
+
+
+def test_symmetric_memory_barriers_are_communication():
+    """The copy-engine Ulysses transport's waits (parallel/exchange.py) are torch's symmetric-memory
+    barrier kernels: communication, like NCCL's, not compute."""
+    from wanscope.analysis.categories import categorize
+
+    assert categorize("void c10d::symmetric_memory::barrier_kernel(unsigned int**, unsigned long, unsigned long)") \
+        == "communication"
+    assert categorize("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)") == "communication"

@@ -14,7 +14,7 @@ from ulysses_worker import GUIDANCE, STEPS, attention_inputs, dit_inputs
 from wanscope.errors import UsageError
 from wanscope.parallel.exchange import make_transport
 from wanscope.parallel.group import ParallelContext
-from wanscope.parallel.plan import head_group_sizes, parse_head_groups, ulysses_transport
+from wanscope.parallel.plan import TRANSPORT_ENV, head_group_sizes, parse_head_groups, ulysses_transport
 from wanscope.parallel.ulysses import shard_sizes
 from wanscope.wan.attention import attention
 from wanscope.wan.pipeline import denoise
@@ -51,17 +51,23 @@ def cpu_context(**changes) -> ParallelContext:
     return ParallelContext(**(fields | changes))
 
 
-def test_transports():
-    assert ulysses_transport("cpu") == "nccl"
+def test_transports(monkeypatch):
+    monkeypatch.delenv(TRANSPORT_ENV, raising=False)
+    assert ulysses_transport("cpu", 2, 2) == "nccl"
+    assert ulysses_transport("cuda", 8, 4) == "copy-engine"  # each group of 4 on one host
+    assert ulysses_transport("cuda", 2, 4) == "nccl"  # a group across hosts
+    monkeypatch.setenv(TRANSPORT_ENV, "nccl")
+    assert ulysses_transport("cuda", 8, 4) == "nccl"
     with pytest.raises(UsageError, match="the copy-engine Ulysses transport needs CUDA devices; use nccl"):
         make_transport("copy-engine", cpu_context())
     with pytest.raises(UsageError, match="unknown Ulysses transport 'nvlink'; known: nccl, copy-engine"):
         make_transport("nvlink", cpu_context())
     # NCCL's buffers: this rank's 4 tokens for each of 2 ranks, every rank's 9 tokens back
-    groups = make_transport("nccl", cpu_context()).head_groups([5, 4], 1, 2, [2, 1], 8, torch.float32,
-                                                                 torch.device("cpu"))
-    assert [(g.first, tuple(g.send.shape), tuple(g.recv.shape)) for g in groups] == [
-        (0, (3, 2, 4, 2, 2, 8), (3, 9, 2, 2, 8)), (2, (3, 2, 4, 2, 1, 8), (3, 9, 2, 1, 8))]
+    call = make_transport("nccl", cpu_context()).start([5, 4], 1, 2, [2, 1], 8, torch.float32, torch.device("cpu"))
+    assert call.groups == [(0, 2), (2, 1)]
+    assert [tuple(t.shape) for t in call.send_buffers] == [(3, 2, 4, 2, 2, 8), (3, 2, 4, 2, 1, 8)]
+    assert [tuple(t.shape) for t in call.recv] == [(3, 9, 2, 2, 8), (3, 9, 2, 1, 8)]
+    assert tuple(call.output().shape) == (2, 4, 6, 8)  # B, L_r, N = P h, D
 
 
 @pytest.mark.parametrize("world_size, specs", [

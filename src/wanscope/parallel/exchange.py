@@ -1,37 +1,43 @@
 """How Ulysses' all-to-alls move data between the ranks: NCCL kernels or copy engines.
 
-Both transports give ``parallel/ulysses.py`` the same three calls on the same buffers
-(``HeadGroup``): ``head_groups`` (empty send and receive buffers of one self-attention
-call), ``send`` (start moving q, k or v to every rank) and ``send_output`` (start moving an
-attention output back); what they start is waited for with ``wait()`` on the compute
-stream, never on the host.
+``parallel/ulysses.py`` decides what moves when; a transport decides where q, k, v and the
+attention output live and how they cross. Per self-attention call it opens an exchange
+(``start``) whose calls Ulysses makes in this order: ``project``/``store`` (q, k or v of this
+rank's tokens, every head), ``send`` (start moving them: rank j gets its heads of them),
+then per head group ``inputs`` (wait for the group's q, k, v of every token), attention,
+``send_output`` (start moving the group's output back: rank j gets its tokens), and last
+``output`` (this rank's tokens, every head, [B, L_r, N, D]). Every wait is the compute
+stream's, never the host's.
 
-- ``NcclTransport``: ``all_to_all_single`` on the Ulysses group (the only one under gloo). NCCL copies with kernels, on SMs: while Ulysses overlaps
-  a transfer with attention, NCCL's blocks take SMs from attention's.
-- ``CopyEngineTransport`` (CUDA only): every rank's send buffers live in one workspace of
-  CUDA symmetric memory (``torch.distributed._symmetric_memory``: each rank maps every other
-  rank's workspace), and the data moves by ``cudaMemcpyAsync`` between mapped buffers, which
-  the GPU's copy engines carry over NVLink without taking an SM. q, k, v are pulled (each
-  rank copies its chunk out of every peer's send buffer); outputs are pushed (each rank
-  copies its rows into every peer's receive buffer, so no copy of the output into the
-  workspace is needed).
+- ``nccl``: ``all_to_all_single`` on the Ulysses group (the only one under gloo). An
+  all-to-all needs each destination's chunk contiguous, so q, k, v are stored in send order
+  ([P, L_r, B, hg, D] per head group: a strided pass, which in bf16 is also RoPE's rounding
+  to the model dtype) and the received output is copied back into token order: 2 layout
+  copies per block on the compute stream, and NCCL's copy kernels take SMs from the
+  attention they overlap.
+- ``copy-engine`` (CUDA only): q, k, v and the output live token-major ([B, L_r, N, D]) in a
+  workspace of CUDA symmetric memory (``torch.distributed._symmetric_memory``: every rank
+  maps every other rank's workspace), and the data moves by ``cudaMemcpy2DAsync``, a
+  strided copy that the GPU's copy engines carry over NVLink: each rank pulls its heads of
+  every peer's tokens (rows of ``hg D`` elements, ``N D`` apart) into its receive buffer, and
+  pushes each peer's tokens of its attention output into that peer's output rows. No layout
+  copy, no SM spent on moving data.
 
-Ordering of the copy-engine transport. Every exchange runs on the transport's own stream,
-in the same order on every rank: the stream waits for the compute stream (the data to send
-is written), then a barrier (symmetric memory's signal-pad barrier, a one-block kernel:
-every rank has reached this exchange), then the copies, then (pushes only) a second
-barrier (every rank's copies into this rank's buffer have landed), then an event the
-consumer waits on. A buffer is written again only after a later barrier, which no rank
-passes before its copies out of that buffer ended (its stream runs them first): q, k, v
-send buffers are rewritten in the next block, after the output exchange's barriers; a
-receive buffer for outputs after the consumer read it, which precedes its next barrier in
-stream order.
+Ordering of the copy-engine transport. Every exchange runs on the transport's own stream, in
+the same order on every rank: the stream waits for the compute stream (the data to send is
+written), a barrier (symmetric memory's signal-pad barrier, a one-block kernel: every rank
+got here), the copies, for pushes a second barrier (every rank's copies into this rank's
+output have landed), then an event that the compute stream waits on. A buffer is written
+again only after a later barrier, which no rank passes before the copies out of it ended
+(its stream runs them first): q, k, v in the next block, after the output's barriers; the
+output after this rank's output projection read it, which precedes its next push barrier.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import warnings
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -41,27 +47,6 @@ from wanscope.parallel.group import ParallelContext
 from wanscope.parallel.watch import NCCL_GRACE_S
 
 TRANSPORTS = ("nccl", "copy-engine")
-
-
-@dataclass
-class HeadGroup:
-    """One head group's buffers in one self-attention call.
-
-    Attributes:
-        first: its first head within each rank's block of N/P heads.
-        send: [3, P, L_r, B, hg, D] q, k, v; chunk j goes to rank j: heads ``j N/P + first``..
-            of this rank's tokens (a view; chunks may lie apart in memory).
-        recv: [3, L, B, hg, D] every rank's tokens of this rank's heads ``first``.., in order.
-        works: what to wait for before ``recv`` is read, one per ``send`` call.
-        offset: where ``send`` and the output receive buffer start in the copy-engine
-            workspace (elements; unused by NCCL).
-    """
-
-    first: int
-    send: torch.Tensor
-    recv: torch.Tensor
-    works: list
-    offset: tuple[int, int] = (0, 0)
 
 
 def make_transport(name: str, ctx: ParallelContext):
@@ -79,41 +64,109 @@ def make_transport(name: str, ctx: ParallelContext):
     raise UsageError(f"unknown Ulysses transport {name!r}; known: {', '.join(TRANSPORTS)}")
 
 
+class _Call:
+    """What every exchange knows: the token split, this rank, the head groups.
+
+    Attributes:
+        sizes: tokens per rank; rank: this rank in the Ulysses group; h: heads per rank.
+        groups: (first head, heads) of each head group within a rank's h heads.
+        recv: per group, [3, L, B, hg, D]: q, k, v of every token, this rank's heads.
+        works: per group, what to wait for before its ``recv`` is read.
+    """
+
+    def __init__(self, sizes: list[int], rank: int, b: int, group_sizes: list[int], d: int,
+                 dtype: torch.dtype, device: torch.device):
+        self.sizes, self.rank, self.h = sizes, rank, sum(group_sizes)
+        self.groups = [(sum(group_sizes[:g]), hg) for g, hg in enumerate(group_sizes)]
+        self.recv = [torch.empty((3, sum(sizes), b, hg, d), dtype=dtype, device=device) for hg in group_sizes]
+        self.works: list[list] = [[] for _ in group_sizes]
+
+    def inputs(self, g: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Group ``g``'s q, k, v [B, L, hg, D] once they arrived: views of token-major rows,
+        which cuDNN reads without a copy and answers with an output in the same layout."""
+        for work in self.works[g]:
+            work.wait()
+        return tuple(self.recv[g][i].transpose(0, 1) for i in range(3))
+
+
 class NcclTransport:
     """``all_to_all_single`` on the Ulysses group (NCCL on GPUs, gloo on CPUs)."""
 
     def __init__(self, ctx: ParallelContext):
         self.group, self.degree = ctx.ulysses_group, ctx.ulysses_degree
 
-    def head_groups(self, sizes: list[int], rank: int, b: int, group_sizes: list[int], d: int,
-                    dtype: torch.dtype, device: torch.device) -> list[HeadGroup]:
-        """Empty buffers of every head group for one call (``sizes``: tokens per rank)."""
-        firsts = [sum(group_sizes[:g]) for g in range(len(group_sizes))]
-        return [HeadGroup(first, torch.empty((3, self.degree, sizes[rank], b, hg, d), dtype=dtype, device=device),
-                          torch.empty((3, sum(sizes), b, hg, d), dtype=dtype, device=device), [])
-                for first, hg in zip(firsts, group_sizes)]
+    def start(self, sizes: list[int], rank: int, b: int, group_sizes: list[int], d: int,
+              dtype: torch.dtype, device: torch.device) -> _NcclCall:
+        """The exchange of one self-attention call (``sizes``: tokens per rank)."""
+        return _NcclCall(self, sizes, rank, b, group_sizes, d, dtype, device)
 
-    def send(self, groups: list[HeadGroup], tensors: tuple[int, ...], sizes: list[int], rank: int) -> None:
-        """Start the all-to-alls of ``tensors`` (indices into q, k, v) of every group, group by
-        group (c10d orders them after the compute stream's work issued so far)."""
-        n_local = sizes[rank]
-        for g in groups:
+
+class _NcclCall(_Call):
+    """Send buffers in send order, [3, P, L_r, B, hg, D] per group: chunk j holds heads
+    ``j h + first``.. of this rank's tokens, for rank j."""
+
+    def __init__(self, transport: NcclTransport, sizes, rank, b, group_sizes, d, dtype, device):
+        super().__init__(sizes, rank, b, group_sizes, d, dtype, device)
+        self.t, p = transport, transport.degree
+        self.send_buffers = [torch.empty((3, p, sizes[rank], b, hg, d), dtype=dtype, device=device)
+                             for hg in group_sizes]
+        self.out = torch.empty((b, sizes[rank], p, self.h, d), dtype=dtype, device=device)  # heads split by rank
+        self.pending: list = []  # (first head, received output, its transfer) not yet unpacked
+
+    def store(self, i: int, t: torch.Tensor) -> None:
+        """Write ``t`` [B, L_r, N, D] (any dtype: rounded to the buffers') as tensor ``i``."""
+        heads = t.unflatten(2, (self.t.degree, -1))  # [B, L_r, P, h, D]
+        for (first, hg), send in zip(self.groups, self.send_buffers):
+            send[i].permute(2, 1, 0, 3, 4).copy_(heads[:, :, :, first : first + hg])
+
+    def project(self, i: int, linear: torch.nn.Linear, x: torch.Tensor) -> None:
+        """Tensor ``i`` as ``linear(x)`` (x: [B, L_r, dim]), one GEMM per head group, rank and
+        batch row, each writing its chunk in place (the rows of one chunk's heads are
+        contiguous in the weight). Inference only: ``out=`` records no gradients."""
+        weight, bias = linear.weight, linear.bias
+        d = self.send_buffers[0].shape[5]
+        for (first, hg), send in zip(self.groups, self.send_buffers):
+            for j in range(self.t.degree):
+                rows = slice((j * self.h + first) * d, (j * self.h + first + hg) * d)
+                for row in range(x.shape[0]):
+                    # [L_r, hg * D]: contiguous for B = 1, rows B * hg * D apart otherwise
+                    torch.addmm(bias[rows], x[row], weight[rows].t(), out=send[i, j, :, row].flatten(1))
+
+    def send(self, tensors: tuple[int, ...]) -> None:
+        """Start the all-to-alls of ``tensors`` (indices into q, k, v), group by group."""
+        n_local = self.sizes[self.rank]
+        for g, send in enumerate(self.send_buffers):
             for i in tensors:
                 # one call per tensor, so each lands contiguous [L, B, hg, D] rather than
                 # interleaved with the other two: cuDNN's attention is slower on interleaved
                 # rows (wan/fused.py measured 3% for a strided v alone)
-                g.works.append(dist.all_to_all_single(g.recv[i], g.send[i].flatten(0, 1), sizes,
-                                                      [n_local] * self.degree, group=self.group, async_op=True))
+                self.works[g].append(dist.all_to_all_single(
+                    self.recv[g][i], send[i].flatten(0, 1), self.sizes, [n_local] * self.t.degree,
+                    group=self.t.group, async_op=True))
 
-    def send_output(self, o: torch.Tensor, g: HeadGroup, sizes: list[int], rank: int):
-        """Start sending ``o`` [B, L, hg, D] (group ``g``'s attention output, every token)
-        back: rank j gets its tokens. Returns ([P, L_r, B, hg, D] received, rank j's rows of
-        head group j first; the work to wait for)."""
+    def send_output(self, g: int, o: torch.Tensor) -> None:
+        """Start sending group ``g``'s output ``o`` [B, L, hg, D] back (rank j gets its tokens),
+        and unpack the previous group's, which crossed while this group's attention ran."""
         b, _, hg, d = o.shape
-        back = o.new_empty((self.degree, sizes[rank], b, hg, d))
-        work = dist.all_to_all_single(back.flatten(0, 1), o.transpose(0, 1).contiguous(), [sizes[rank]] * self.degree,
-                                      sizes, group=self.group, async_op=True)
-        return back, work
+        back = o.new_empty((self.t.degree, self.sizes[self.rank], b, hg, d))  # rank j's rows of head group j
+        work = dist.all_to_all_single(back.flatten(0, 1), o.transpose(0, 1).contiguous(),
+                                      [self.sizes[self.rank]] * self.t.degree, self.sizes, group=self.t.group,
+                                      async_op=True)
+        self._unpack()
+        self.pending = [(self.groups[g][0], back, work)]
+
+    def output(self) -> torch.Tensor:
+        """[B, L_r, N, D]: every head of this rank's tokens."""
+        self._unpack()
+        return self.out.flatten(2, 3)
+
+    def _unpack(self) -> None:
+        """Wait for the pending output transfer and copy it into its heads of ``out``: the
+        layout copy of the received output."""
+        for first, back, work in self.pending:
+            work.wait()
+            self.out[:, :, :, first : first + back.shape[3]].copy_(back.permute(2, 1, 0, 3, 4))
+        self.pending = []
 
 
 class _Done:
@@ -126,14 +179,54 @@ class _Done:
         torch.cuda.current_stream().wait_event(self.event)
 
 
-class CopyEngineTransport:
-    """Ulysses' exchanges as copies between symmetric-memory buffers (module docstring).
+@functools.cache
+def _memcpy2d():
+    """``cudaMemcpy2DAsync`` of the CUDA runtime torch loaded (found in /proc/self/maps).
 
-    The workspace holds, per head group, the q, k, v send buffer [3, P, L_max, B, hg, D] and
-    the output receive buffer [P, L_max, B, hg, D] (L_max: the longest shard, so offsets are
-    equal on every rank): 4 L_max B N D elements, 201 MB at 1.3B 832x480x81 on 2 ranks in
-    bf16. It is allocated at the first call and again, on every rank at the same call,
-    when a call needs more (``torch.distributed._symmetric_memory.rendezvous`` is a
+    Raises:
+        UsageError: no CUDA runtime library in this process.
+    """
+    with open("/proc/self/maps") as maps:
+        paths = [line.split()[-1] for line in maps if "libcudart.so" in line]
+    if not paths:
+        raise UsageError("the copy-engine Ulysses transport needs the CUDA runtime library (libcudart), which "
+                         "this torch did not load; use nccl")
+    fn = ctypes.CDLL(paths[0]).cudaMemcpy2DAsync
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                   ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_DEVICE_TO_DEVICE = 3  # cudaMemcpyDeviceToDevice: a peer's buffer is mapped into this device's addresses
+
+
+def copy_rows(dst: torch.Tensor, src: torch.Tensor, stream: torch.cuda.Stream) -> None:
+    """``dst.copy_(src)`` for [rows, width] views with contiguous rows, as one
+    ``cudaMemcpy2DAsync`` on ``stream`` (the copy engines do it; CUDA Runtime API,
+    "Memory Management").
+
+    Raises:
+        RuntimeError: the copy could not be queued (with the CUDA error code).
+    """
+    rows, width = src.shape
+    if rows == 0:
+        return
+    size = src.element_size()
+    row_bytes = width * size
+    code = _memcpy2d()(dst.data_ptr(), max(dst.stride(0) * size, row_bytes), src.data_ptr(),
+                       max(src.stride(0) * size, row_bytes), row_bytes, rows, _DEVICE_TO_DEVICE, stream.cuda_stream)
+    if code:
+        raise RuntimeError(f"cudaMemcpy2DAsync failed with CUDA error {code}")
+
+
+class CopyEngineTransport:
+    """Ulysses' exchanges as strided copies between symmetric-memory buffers (module docstring).
+
+    The workspace holds q, k, v and the output, each [B, L_max, N, D] (L_max: the longest
+    shard, so offsets are equal on every rank): 4 B L_max N D elements, 201 MB at 1.3B
+    832x480x81 on 2 ranks in bf16. It is allocated at the first call, and again, on every
+    rank at the same call, when a call needs more or another dtype (its rendezvous is a
     collective).
     """
 
@@ -147,82 +240,114 @@ class CopyEngineTransport:
         self.ctx, self.degree = ctx, ctx.ulysses_degree
         self.stream = torch.cuda.Stream(ctx.device, priority=-1)  # its barriers start ahead of attention's blocks
         self.timeout_ms = int((ctx.timeout_s + NCCL_GRACE_S) * 1000)
-        self._buffer: torch.Tensor | None = None
-        self._handle = None
+        self.buffer: torch.Tensor | None = None
+        self.handle = None
 
-    def _workspace(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
-        if self._buffer is None or self._buffer.numel() < numel or self._buffer.dtype != dtype:
-            if self._buffer is not None:  # no copy may still read or write the old one
+    def workspace(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """This rank's symmetric buffer of at least ``numel`` elements of ``dtype``."""
+        if self.buffer is None or self.buffer.numel() < numel or self.buffer.dtype != dtype:
+            if self.buffer is not None:  # no copy may still read or write the old one
                 torch.cuda.synchronize(self.ctx.device)
                 dist.barrier(group=self.ctx.ulysses_group)
-            self._buffer = self._handle = None
+            self.buffer = self.handle = None
             buffer = self._symm_mem.empty(numel, dtype=dtype, device=self.ctx.device)
-            self._handle = self._symm_mem.rendezvous(buffer, self.ctx.ulysses_group.group_name)
-            self._buffer = buffer
-        return self._buffer
+            self.handle = self._symm_mem.rendezvous(buffer, self.ctx.ulysses_group.group_name)
+            self.buffer = buffer
+        return self.buffer
 
-    def head_groups(self, sizes: list[int], rank: int, b: int, group_sizes: list[int], d: int,
-                    dtype: torch.dtype, device: torch.device) -> list[HeadGroup]:
-        """Buffers of every head group for one call: send buffers in the workspace (views of
-        this rank's L_r rows), receive buffers for q, k, v allocated per call."""
-        p, lmax = self.degree, max(sizes)
-        offsets, end = [], 0
-        for hg in group_sizes:
-            offsets.append((end, end + 3 * p * lmax * b * hg * d))
-            end += 4 * p * lmax * b * hg * d
-        ws = self._workspace(end, dtype)
-        groups, first = [], 0
-        for (send_at, _), hg in zip(offsets, group_sizes):
-            send = ws[send_at : send_at + 3 * p * lmax * b * hg * d].view(3, p, lmax, b, hg, d)[:, :, : sizes[rank]]
-            recv = torch.empty((3, sum(sizes), b, hg, d), dtype=dtype, device=device)
-            groups.append(HeadGroup(first, send, recv, [], offsets[len(groups)]))
-            first += hg
-        return groups
+    def start(self, sizes: list[int], rank: int, b: int, group_sizes: list[int], d: int,
+              dtype: torch.dtype, device: torch.device) -> _CopyEngineCall:
+        """The exchange of one self-attention call (``sizes``: tokens per rank)."""
+        return _CopyEngineCall(self, sizes, rank, b, group_sizes, d, dtype, device)
 
-    def _peer(self, j: int, shape: tuple[int, ...], offset: int) -> torch.Tensor:
-        return self._handle.get_buffer(j, shape, self._buffer.dtype, offset)
+    def barrier(self) -> None:
+        self.handle.barrier(channel=0, timeout_ms=self.timeout_ms)
 
-    def send(self, groups: list[HeadGroup], tensors: tuple[int, ...], sizes: list[int], rank: int) -> None:
-        """Pull this rank's chunk of ``tensors`` of every group from every rank's send
-        buffer, one barrier for all, an event after each group's copies."""
+
+class _CopyEngineCall(_Call):
+    """q, k, v and the output token-major in the workspace: ``tensor(j, i)`` is rank j's
+    tensor i (0-2: q, k, v; 3: output), [B, L_j, N, D]."""
+
+    def __init__(self, transport: CopyEngineTransport, sizes, rank, b, group_sizes, d, dtype, device):
+        super().__init__(sizes, rank, b, group_sizes, d, dtype, device)
+        self.t = transport
+        self.shape = (b, max(sizes), transport.degree * self.h, d)  # one tensor's slot
+        self.slot = b * max(sizes) * transport.degree * self.h * d
+        ws = transport.workspace(4 * self.slot, dtype)
+        self.mine = [ws[i * self.slot : (i + 1) * self.slot].view(self.shape)[:, : sizes[rank]] for i in range(4)]
+        self.done: list = []  # each group's output push
+
+    def tensor(self, j: int, i: int) -> torch.Tensor:
+        if j == self.rank:
+            return self.mine[i]
+        return self.t.handle.get_buffer(j, self.shape, self.t.buffer.dtype, i * self.slot)[:, : self.sizes[j]]
+
+    def store(self, i: int, t: torch.Tensor) -> None:
+        """Write ``t`` [B, L_r, N, D] (any dtype: rounded to the workspace's) as tensor ``i``."""
+        self.mine[i].copy_(t)
+
+    def project(self, i: int, linear: torch.nn.Linear, x: torch.Tensor) -> None:
+        """Tensor ``i`` as ``linear(x)`` (x: [B, L_r, dim]), one GEMM per batch row into the
+        workspace. Inference only: ``out=`` records no gradients."""
+        for row in range(x.shape[0]):
+            torch.addmm(linear.bias, x[row], linear.weight.t(), out=self.mine[i][row].flatten(1))
+
+    def _queue(self, copies) -> None:
+        """On the transport's stream, after the compute stream's work so far: a barrier, then
+        ``copies()``."""
         ready = torch.cuda.Event()
         ready.record()
-        _, p, _, b, _, d = groups[0].send.shape
-        lmax = max(sizes)
-        with torch.cuda.stream(self.stream):
-            self.stream.wait_event(ready)
-            self._handle.barrier(channel=0, timeout_ms=self.timeout_ms)
-            for g in groups:
-                hg = g.send.shape[4]
+        self.t.stream.wait_event(ready)
+        with torch.cuda.stream(self.t.stream):
+            self.t.barrier()
+            copies()
+
+    def _event(self) -> _Done:
+        done = torch.cuda.Event()
+        done.record(self.t.stream)
+        return _Done(done)
+
+    def send(self, tensors: tuple[int, ...]) -> None:
+        """Pull this rank's heads of ``tensors`` of every rank's tokens, group by group, one
+        barrier for all, an event after each group's copies."""
+        heads = self.rank * self.h
+
+        def copies():
+            for g, (first, hg) in enumerate(self.groups):
                 for i in tensors:
-                    row = 0
-                    for j, n in enumerate(sizes):
-                        chunk = g.offset[0] + (i * p + rank) * lmax * b * hg * d
-                        g.recv[i, row : row + n].copy_(self._peer(j, (n, b, hg, d), chunk))
-                        row += n
-                done = torch.cuda.Event()
-                done.record(self.stream)
-                g.works.append(_Done(done))
+                    start = 0
+                    for j, n in enumerate(self.sizes):
+                        src = self.tensor(j, i)[:, :, heads + first : heads + first + hg]  # [B, n, hg, D]
+                        for b in range(src.shape[0]):
+                            copy_rows(self.recv[g][i, start : start + n, b].flatten(1), src[b].flatten(1), self.t.stream)
+                        start += n
+                self.works[g].append(self._event())
 
-    def send_output(self, o: torch.Tensor, g: HeadGroup, sizes: list[int], rank: int):
-        """Push each rank's rows of ``o`` [B, L, hg, D] into its receive buffer; return this
-        rank's receive buffer [P, L_r, B, hg, D] (rank j's rows of head group j) and the
-        exchange's end."""
-        b, _, hg, d = o.shape
-        p, lmax = self.degree, max(sizes)
-        rows = o.transpose(0, 1).contiguous()  # [L, B, hg, D]: a view for B = 1
-        rows.record_stream(self.stream)  # the copies read it after the compute stream moved on
-        ready = torch.cuda.Event()
-        ready.record()
-        with torch.cuda.stream(self.stream):
-            self.stream.wait_event(ready)
-            self._handle.barrier(channel=0, timeout_ms=self.timeout_ms)  # every rank read what it received last
+        self._queue(copies)
+
+    def send_output(self, g: int, o: torch.Tensor) -> None:
+        """Push each rank's tokens of group ``g``'s output ``o`` [B, L, hg, D] into that rank's
+        output, at this rank's heads."""
+        if o.stride(3) != 1 or o.stride(2) != o.shape[3]:
+            o = o.contiguous()
+        o.record_stream(self.t.stream)  # the copies read it after the compute stream moved on
+        first, hg = self.groups[g]
+        heads = self.rank * self.h + first
+
+        def copies():
             start = 0
-            for j, n in enumerate(sizes):
-                self._peer(j, (n, b, hg, d), g.offset[1] + rank * lmax * b * hg * d).copy_(rows[start : start + n])
+            for j, n in enumerate(self.sizes):
+                dst = self.tensor(j, 3)[:, :, heads : heads + hg]  # [B, n, hg, D]
+                for b in range(o.shape[0]):
+                    copy_rows(dst[b].flatten(1), o[b, start : start + n].flatten(1), self.t.stream)
                 start += n
-            self._handle.barrier(channel=0, timeout_ms=self.timeout_ms)  # every rank's rows landed here
-            done = torch.cuda.Event()
-            done.record(self.stream)
-        back = self._buffer[g.offset[1] : g.offset[1] + p * lmax * b * hg * d].view(p, lmax, b, hg, d)
-        return back[:, : sizes[rank]], _Done(done)
+            self.t.barrier()  # every rank's rows have landed in this rank's output
+
+        self._queue(copies)
+        self.done.append(self._event())
+
+    def output(self) -> torch.Tensor:
+        """[B, L_r, N, D]: every head of this rank's tokens, in the workspace."""
+        for done in self.done:
+            done.wait()
+        return self.mine[3]

@@ -5,23 +5,38 @@ Imported by command modules that must not import torch when loaded (``wan/cli.py
 
 from __future__ import annotations
 
+import os
+
 from wanscope.errors import UsageError
 
 PARALLEL_MODES = ("cfg", "ulysses", "cfg+ulysses")
 # Long enough for rank 0 to load and run the UMT5-XXL text encoder (11 GB of weights) while
 # the other ranks wait for its broadcast; short enough that a lost rank is not a hang.
 DEFAULT_TIMEOUT_S = 300.0
-# Ulysses splits each rank's N/P heads into this many groups and pipelines them: the
-# all-to-all of group g+1 (and the output of group g) runs while group g's attention does
-# (parallel/ulysses.py). 1 is the plain, unpipelined path. Swept by benchmarks/multi_gpu.py:
-# on 2x H200 (1.3B, 832x480x81, bf16, 2026-11-30, benchmarks/RESULTS.md) 2 groups were the
-# fastest, 714.8 ms/step (10.5 ms of all-to-all exposed), against 720.2 for 1, 737.9 for 3,
-# 740.1 for 6 and 742.2 for 1+4+1: more, smaller attention calls cost more than they hide.
-DEFAULT_ULYSSES_HEAD_GROUPS = 2
+# Ulysses splits each rank's N/P heads into groups and pipelines them: the transfer of group
+# g+1's inputs (and group g's output) runs while group g's attention does (parallel/ulysses.py);
+# 1 group is the plain, unpipelined path. The count per transport (parallel/exchange.py),
+# swept by benchmarks/multi_gpu.py on 2x H200 (1.3B, 832x480x81, bf16, benchmarks/RESULTS.md):
+# over NCCL 2 groups (714.8 ms/step against 720.2 for 1, 737.9 for 3, 740.1 for 6: more,
+# smaller attention calls cost more than they hide, NCCL's kernels taking SMs from each);
+# over copy engines 3 (650.2 ms/step, as 6; 655.1 for 2, 660.4 for 1; session 3).
+DEFAULT_ULYSSES_HEAD_GROUPS = {"nccl": 2, "copy-engine": 3}
+TRANSPORT_ENV = "WANSCOPE_ULYSSES_TRANSPORT"
 
 
-def ulysses_transport(device_type: str) -> str:
-    """The default transport of Ulysses' all-to-alls (``parallel/exchange.py``) on ``device_type``."""
+def ulysses_transport(device_type: str, local_world_size: int, ulysses_degree: int) -> str:
+    """The transport of Ulysses' all-to-alls (``parallel/exchange.py``) when none is named.
+
+    ``copy-engine`` on CUDA when every Ulysses group lies on one host (its ranks are
+    consecutive, so when ``ulysses_degree`` divides ``local_world_size``, the ranks per host):
+    1.924x over one GPU on 2x H200 against NCCL's 1.886x in the same run
+    (benchmarks/RESULTS.md); ``nccl`` otherwise (gloo on the CPU). The environment variable
+    ``WANSCOPE_ULYSSES_TRANSPORT`` (``nccl`` or ``copy-engine``) overrides the choice.
+    """
+    if os.environ.get(TRANSPORT_ENV):
+        return os.environ[TRANSPORT_ENV]
+    if device_type == "cuda" and local_world_size % ulysses_degree == 0:
+        return "copy-engine"
     return "nccl"
 
 
@@ -81,7 +96,7 @@ def check_cfg_parallel(guidance: float, cfg_mode: str) -> None:
         raise UsageError(f"CFG parallel runs each branch on its own rank; --cfg {cfg_mode} does not apply")
 
 
-def head_group_sizes(heads_per_rank: int, groups: int | tuple[int, ...] = DEFAULT_ULYSSES_HEAD_GROUPS) -> list[int]:
+def head_group_sizes(heads_per_rank: int, groups: int | tuple[int, ...]) -> list[int]:
     """Heads in each of the Ulysses pipeline's head groups, in order.
 
     Args:

@@ -17,7 +17,7 @@ sampler, so latents stay whole and equal on every rank between steps.
 
 The all-to-alls are pipelined with attention by head group. Attention is independent per
 head, so each rank's N/P heads are split into G groups (``head_groups``, default
-``DEFAULT_ULYSSES_HEAD_GROUPS``): the q, k, v of every group are sent first (asynchronous
+``DEFAULT_ULYSSES_HEAD_GROUPS`` of the transport): the q, k, v of every group are sent first (asynchronous
 collectives, on the communicator's own stream), then group g's attention runs while group
 g+1's inputs and group g-1's output travel. On the torch-op path Ulysses runs the whole
 self-attention (``self_attention``), v first, then k, then q, each sent as soon as it is
@@ -29,30 +29,21 @@ same computation whatever its group, so the result does not depend on G. Under N
 Ulysses communicator runs on a high-priority stream (``group.py``): its kernels then get the
 SMs that attention's blocks free, instead of waiting for attention's last wave.
 
-Layout copies. ``all_to_all_single`` sends chunk j of dim 0 to rank j and stores rank j's
-chunk at position j, each chunk contiguous: a group's send buffer is [P, L_r, B, hg, D]
-(rank outermost, this rank's tokens) and its receive buffer [L, B, hg, D] (every token),
-which attention reads as [B, hg, L, D] strided views; cuDNN takes strides and writes its
-output in q's layout, so neither side of the attention call copies. ``self_attention``
-produces q, k and v in send order: v by one GEMM per head group and rank writing its chunk
-(a chunk's heads are contiguous rows of the weight), q and k by RoPE's rounding from fp32 to
-the model dtype stored through a permuted view of the send buffer (in bf16 the pass that
-rounded them anyway; in fp32 a copy where one process has none). What is left is the received output: chunk j holds head block j for this
-rank's tokens, and the output projection's GEMM needs every head of a token in one row (its
-K index cannot jump between chunks), so ``_unpack`` copies it into token order. Per block
-and forward, with E = B L_r N D elements of s bytes each:
+Layout copies. Attention reads each group's received q, k, v ([L, B, hg, D], every token)
+as [B, hg, L, D] strided views; cuDNN takes strides and writes its output in q's layout, so
+neither side of the attention call copies. Where q, k, v and the output live between the
+projections and the transfers is the transport's (``exchange.py``), per block and forward,
+with E = B L_r N D elements of s bytes each (E = 16,380 x 1,536 at 1.3B 832x480x81 on 2
+ranks):
 
-- before: q, k, v permuted into send order and the output back, 4 copies reading and writing
-  E s bytes each, 8 E s: 402.6 MB at 1.3B 832x480x81 on 2 ranks in bf16 (E = 16,380 x 1,536),
-  24.2 GB per step (30 blocks, 2 forwards);
-- now: the output's copy, 2 E s: 100.6 MB, 6.0 GB per step. In exchange v's projection is
-  G P B GEMMs of ``hg D`` columns instead of one of ``N D``.
-
-The fused path (``wan/fused.py``) hands ``attention`` finished q, k, v (its RMSNorm+RoPE
-kernel allocates them), which are still copied into the send buffers: 8 E s.
-
-How the bytes move is the transport's (``exchange.py``): NCCL's all-to-all, or copies
-between symmetric-memory buffers that the copy engines carry (no SMs taken from attention).
+- ``nccl``: an all-to-all sends contiguous chunks, so q and k are stored in send order
+  by RoPE's rounding from fp32 to the model dtype (the pass that rounded them anyway, made
+  strided), v by one GEMM per head group and rank writing its chunk, and the received
+  output is copied into token order for the output projection (its GEMM needs every head of
+  a token in one row): 2 E s of copies (the fused path, whose q, k, v come finished: 8 E s),
+  and NCCL's kernels take SMs from the attention they overlap;
+- ``copy-engine``: q, k, v and the output stay token-major; strided copies on the copy
+  engines pull and push the head slices: no layout copy, no SM spent on moving data.
 
 Heads must divide by P (``check_heads`` names the degrees that do); tokens need not.
 """
@@ -61,7 +52,7 @@ from __future__ import annotations
 
 import torch
 
-from wanscope.parallel.exchange import HeadGroup, make_transport
+from wanscope.parallel.exchange import make_transport
 from wanscope.parallel.group import ParallelContext, all_gather_dim0
 from wanscope.parallel.plan import (
     DEFAULT_ULYSSES_HEAD_GROUPS,
@@ -95,9 +86,10 @@ class Ulysses:
         ctx: this rank's process group (``ctx.ulysses_degree`` > 1).
         num_heads: the DiT's attention heads.
         head_groups: how the N/P heads of a rank are pipelined (``plan.head_group_sizes``): a
-            count, or the group sizes.
+            count, or the group sizes; default ``plan.DEFAULT_ULYSSES_HEAD_GROUPS`` of the
+            transport.
         transport: how the all-to-alls move data (``exchange.TRANSPORTS``): ``nccl`` or
-            ``copy-engine`` (CUDA only); default ``plan.ulysses_transport``'s choice.
+            ``copy-engine`` (CUDA, one host); default ``plan.ulysses_transport``'s choice.
 
     Raises:
         UsageError: the Ulysses degree does not divide ``num_heads``, bad ``head_groups``, or
@@ -105,13 +97,15 @@ class Ulysses:
     """
 
     def __init__(self, ctx: ParallelContext, num_heads: int,
-                 head_groups: int | tuple[int, ...] = DEFAULT_ULYSSES_HEAD_GROUPS, transport: str | None = None):
+                 head_groups: int | tuple[int, ...] | None = None, transport: str | None = None):
         check_heads(num_heads, ctx.ulysses_degree, ctx.cfg_degree)
         self.ctx = ctx
         self.degree = ctx.ulysses_degree
         self.index = ctx.ulysses_rank
-        self.group_sizes = head_group_sizes(num_heads // self.degree, head_groups)
-        self.transport = make_transport(transport or ulysses_transport(ctx.device.type), ctx)
+        transport = transport or ulysses_transport(ctx.device.type, ctx.local_world_size, self.degree)
+        self.group_sizes = head_group_sizes(num_heads // self.degree,
+                                            head_groups or DEFAULT_ULYSSES_HEAD_GROUPS.get(transport, 1))
+        self.transport = make_transport(transport, ctx)
         self._sizes: list[int] = []
 
     def install(self, dit: torch.nn.Module) -> None:
@@ -145,7 +139,8 @@ class Ulysses:
         backend: AttentionBackend,
     ) -> torch.Tensor:
         """The self-attention of ``attn`` (a ``dit.Attention``) for this rank's tokens, its q, k
-        and v produced straight into the send buffers (the module docstring's copy count).
+        and v produced straight into the transport's send buffers (the module docstring's copy
+        count).
 
         v goes first, then k, then q: each one's all-to-alls start as soon as it is stored and
         travel while the next one is projected, normalized and rotated.
@@ -161,15 +156,15 @@ class Ulysses:
         """
         b, _, dim = x.shape
         heads = attn.num_heads
-        groups = self._head_groups(b, dim // heads, x.dtype, x.device)
-        self._project(groups, _V, attn.v, x)
-        self._send(groups, (_V,))
+        call = self._start(b, dim // heads, x.dtype, x.device)
+        call.project(_V, attn.v, x)
+        self._send(call, (_V,))
         for i, proj, norm in ((_K, attn.k, attn.norm_k), (_Q, attn.q, attn.norm_q)):
             t = norm(proj(x)).unflatten(-1, (heads, -1))  # [B, L_r, N, D]
-            # RoPE's rounding to the model dtype, stored in send order: the pass that rounded it anyway
-            self._store(groups, i, apply_rope_fp32(t, *rope))
-            self._send(groups, (i,))
-        return attn.o(self._attend(groups, backend).flatten(2))  # [B, L_r, dim]
+            # RoPE's rounding to the model dtype, stored where the transport sends from
+            call.store(i, apply_rope_fp32(t, *rope))
+            self._send(call, (i,))
+        return attn.o(self._attend(call, backend).flatten(2))  # [B, L_r, dim]
 
     def attention(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: AttentionBackend
@@ -181,81 +176,42 @@ class Ulysses:
             q, k, v: [B, L_r, N, D] (RoPE applied), one dtype.
 
         Returns:
-            [B, L_r, N, D] in the dtype of ``q``.
+            [B, L_r, N, D] in the dtype of ``q``, valid until the next call (with the
+            copy-engine transport it lives in the transport's workspace).
 
         Raises:
             ParallelError: an all-to-all failed.
         """
         b, _, _, d = q.shape
-        groups = self._head_groups(b, d, q.dtype, q.device)
+        call = self._start(b, d, q.dtype, q.device)
         for i, t in enumerate((q, k, v)):
-            self._store(groups, i, t)
-        self._send(groups, (_Q, _K, _V))  # group by group: the first group's inputs arrive first
-        return self._attend(groups, backend)
+            call.store(i, t)
+        self._send(call, (_Q, _K, _V))  # group by group: the first group's inputs arrive first
+        return self._attend(call, backend)
 
-    def _head_groups(self, b: int, d: int, dtype: torch.dtype, device: torch.device) -> list[HeadGroup]:
-        """Empty buffers of every head group for one self-attention call."""
-        return self.transport.head_groups(self._sizes, self.index, b, self.group_sizes, d, dtype, device)
+    def _start(self, b: int, d: int, dtype: torch.dtype, device: torch.device):
+        """The transport's exchange for one self-attention call."""
+        with self.ctx.collective("setting up the Ulysses exchange"):
+            return self.transport.start(self._sizes, self.index, b, self.group_sizes, d, dtype, device)
 
-    def _store(self, groups: list[HeadGroup], i: int, t: torch.Tensor) -> None:
-        """Write ``t`` [B, L_r, N, D] (any dtype: rounded to the buffers') into tensor ``i`` of
-        every group's send buffer: head j*h + first + c of ``t`` to chunk j, head c."""
-        heads = t.unflatten(2, (self.degree, -1))  # [B, L_r, P, N/P, D]
-        for g in groups:
-            hg = g.send.shape[4]
-            g.send[i].permute(2, 1, 0, 3, 4).copy_(heads[:, :, :, g.first : g.first + hg])
-
-    def _project(self, groups: list[HeadGroup], i: int, linear: torch.nn.Linear, x: torch.Tensor) -> None:
-        """Tensor ``i`` of every send buffer as ``linear(x)``, one GEMM per head group, rank and
-        batch row, each writing its chunk in place (the rows of one chunk's heads are contiguous
-        in the weight). x: [B, L_r, dim]. Inference only: ``out=`` does not record gradients."""
-        weight, bias = linear.weight, linear.bias
-        d, h = groups[0].send.shape[5], sum(self.group_sizes)
-        for g in groups:
-            hg = g.send.shape[4]
-            for j in range(self.degree):
-                rows = slice((j * h + g.first) * d, (j * h + g.first + hg) * d)
-                for row in range(x.shape[0]):
-                    # [L_r, hg * D]: contiguous for B = 1, rows B * hg * D apart otherwise
-                    torch.addmm(bias[rows], x[row], weight[rows].t(), out=g.send[i, j, :, row].flatten(1))
-
-    def _send(self, groups: list[HeadGroup], tensors: tuple[int, ...]) -> None:
-        """Start the all-to-alls of ``tensors`` (indices into q, k, v) of every group, group by
-        group, after the compute stream's work issued so far."""
+    def _send(self, call, tensors: tuple[int, ...]) -> None:
+        """Start moving ``tensors`` (indices into q, k, v) of every group, group by group,
+        after the compute stream's work issued so far."""
         with ranges.named_range(QKV_ALL_TO_ALL), self.ctx.collective("the Ulysses all-to-all of q, k, v"):
-            self.transport.send(groups, tensors, self._sizes, self.index)
+            call.send(tensors)
 
-    def _attend(self, groups: list[HeadGroup], backend: AttentionBackend) -> torch.Tensor:
+    def _attend(self, call, backend: AttentionBackend) -> torch.Tensor:
         """Attention of each group once its inputs arrived, its output sent back while the next
         group's runs. Returns [B, L_r, N, D] in the buffers' dtype."""
-        _, p, n_local, b, _, d = groups[0].send.shape
-        out = groups[0].send.new_empty((b, n_local, p, sum(self.group_sizes), d))  # heads split by rank
-        pending: list = []  # (first head, output transfer) of the group whose output travels
-        for g in groups:
+        for g in range(len(self.group_sizes)):
             with self.ctx.collective("the Ulysses all-to-all of q, k, v"):
-                for work in g.works:
-                    work.wait()  # the compute stream waits for the transfer; the host does not (NCCL)
-            # [B, L, hg, D] views of token-major rows: cuDNN reads them and writes its output
-            # token-major too (alloc_with_matching_layout), so no copy on either side of the call
-            o = attention(*(g.recv[i].transpose(0, 1) for i in range(3)), backend)
+                q, k, v = call.inputs(g)  # the compute stream waits for the transfer; the host does not
+            o = attention(q, k, v, backend)
             with ranges.named_range(OUT_ALL_TO_ALL), \
                     self.ctx.collective("the Ulysses all-to-all of the attention output"):
-                back, work = self.transport.send_output(o, g, self._sizes, self.index)
-                # unpack the previous group now: its output crossed while this group's attention ran
-                self._unpack(out, pending)
-                pending = [(g.first, back, work)]
+                call.send_output(g, o)
         with self.ctx.collective("the Ulysses all-to-all of the attention output"):
-            self._unpack(out, pending)
-        return out.flatten(2, 3)  # [B, L_r, N, D]
-
-    def _unpack(self, out: torch.Tensor, pending: list) -> None:
-        """Wait for each output transfer in ``pending`` and copy it into its heads of ``out``
-        [B, L_r, P, N/P, D] (received as [P, L_r, B, hg, D], rank j's rows first): the one
-        layout copy left (module docstring)."""
-        for first, back, work in pending:
-            work.wait()
-            hg = back.shape[3]
-            out[:, :, :, first : first + hg].copy_(back.permute(2, 1, 0, 3, 4))
+            return call.output()
 
     def gather(self, out: torch.Tensor) -> torch.Tensor:
         """Every rank's rows of the output head, in token order.
@@ -281,7 +237,7 @@ class Ulysses:
 
 
 def shard_dit(ctx: ParallelContext, dit: torch.nn.Module,
-              head_groups: int | tuple[int, ...] = DEFAULT_ULYSSES_HEAD_GROUPS, transport: str | None = None) -> None:
+              head_groups: int | tuple[int, ...] | None = None, transport: str | None = None) -> None:
     """Install Ulysses into ``dit`` when this run has a Ulysses degree above 1 (else nothing).
 
     Raises:

@@ -260,7 +260,7 @@ def test_a_failed_fast_pass_leaves_nothing_behind(tmp_path, monkeypatch):
     cut sends it to the streaming parser: the first file's rows stay, the second's are
     there once, with their real rank."""
     monkeypatch.setattr(kineto, "CHUNK_BYTES", 4096)
-    monkeypatch.setattr(kineto, "FLUSH_ROWS", 16)
+    monkeypatch.setattr(kineto, "STAGED_EVENTS", 16)
     first = [kernel(10 + 10 * i, 5, i, name="a") for i in range(200)]
     second = [kernel(10 + 10 * i, 5, i, name="b") for i in range(200)]
     (tmp_path / "a.json").write_text('{\n  "traceEvents": [\n' + ",\n".join(map(block, first))

@@ -6,11 +6,13 @@ four or more spaces); re-written traces often hold one event per line. JSON neve
 raw newline inside a string, so "newline + the events' indentation + ``{``" always starts
 an event: the events region is cut there, without parsing, into files of whole events
 wrapped as JSON arrays (``_Layout``, ``_ChunkWriter``), and DuckDB's JSON reader parses
-several such files per statement on parallel threads (``_STAGE_SQL``) while the next ones
-are cut. Any other layout (minified, other producers), a region that does not end with
-"newline + indentation + ``]``", a run DuckDB cannot parse (or runs out of memory on) or
-a comma missing at a cut goes through ijson's streaming parser into the same files, with
-only the fields staged of each event (a huge ``args`` entry is never built).
+several such files per statement on parallel threads (``_STAGE_SELECT``, appended to the
+``_stage`` table) while the next ones are cut; every ``STAGED_EVENTS`` events the staged
+rows move to the canonical tables (``_insert_stage``). Any other layout (minified, other
+producers), a region that does not end with "newline + indentation + ``]``", a run DuckDB
+cannot parse (or runs out of memory on) or a comma missing at a cut goes through ijson's
+streaming parser into the same files, with only the fields staged of each event (a huge
+``args`` entry is never built).
 
 Times: ``start_ns = round(ts * 1000)`` and ``dur_ns = round(dur * 1000)`` computed on the
 decimal text (parsed to DECIMAL(35, 3), which rounds half away from zero as round()
@@ -105,9 +107,8 @@ _WARNINGS = ("no_timing", "zero_duration", "end_before_start", "malformed_event"
 # memop, api, host, sync, flow, or NULL when excluded), its typed columns and the warnings
 # it raises; the inserts into the canonical tables then only filter on ``dest``.
 # A GPU record's device is args.device, else pid; its stream args.stream, else tid; NULL
-# where neither is an integer that fits the column.
-_STAGE_SQL = f"""
-CREATE OR REPLACE TEMP TABLE _stage AS
+# where neither is an integer that fits the column. Appended to the table _stage.
+_STAGE_SELECT = f"""
 WITH raw AS (
   SELECT ph, CASE WHEN cat IN ({_LOWER}) THEN cat ELSE lower(cat) END AS cat, name, pid, tid, id,
          (ts * 1000)::HUGEINT AS s, (dur * 1000)::HUGEINT AS d, args
@@ -255,9 +256,10 @@ class _ChunkWriter:
         self.undecodable = 0
         self.written = 0
 
-    def write(self, buf: bytes, n: int, last: bool = False) -> str | None:
+    def write(self, buf: bytes | bytearray, n: int, last: bool = False) -> str | None:
         """Write ``buf[:n]`` (whole events, each led by ``marker``, and the comma before the
         next event unless ``last``) to a new file; return its path, None if it is blank.
+        (Bytes after ``n`` count only in a fast check that all of ``buf`` is ASCII.)
 
         Raises:
             _OtherLayout: that comma is missing or doubled, or there is one after the last
@@ -325,19 +327,27 @@ class _Layout:
 
     def chunks(self, f, rest: bytes, path: Path, write):
         """Cut the events region into files of whole events with ``write``; yield each
-        path; return the bytes after the region's ``]``."""
-        buf = rest if rest.startswith(b"\n") else rest[rest.index(b"\n"):]
+        path; return the bytes after the region's ``]``. The file is read into one buffer,
+        reused for every run (a new one per read cost a page fault per 4 KB and, with the
+        concatenation, twice the memory)."""
+        tail = rest if rest.startswith(b"\n") else rest[rest.index(b"\n"):]
+        buf = bytearray(len(tail) + CHUNK_BYTES)
+        buf[:len(tail)] = tail
+        filled = len(tail)  # buf[filled:] is free (or stale) room
         eof = False
         while True:
             if not eof:
-                more = f.read(CHUNK_BYTES)
-                eof = not more
-                buf += more
+                if len(buf) - filled < CHUNK_BYTES:  # an event longer than the room left
+                    buf += bytes(CHUNK_BYTES)
+                with memoryview(buf) as view:
+                    n = f.readinto(view[filled:filled + CHUNK_BYTES])
+                eof = not n
+                filled += n
             # The region's end follows its last event: look for it after the last event start.
-            cut = buf.rfind(self.marker)
-            end = buf.find(self.end, max(cut, 0))
+            cut = buf.rfind(self.marker, 0, filled)
+            end = buf.find(self.end, max(cut, 0), filled)
             if end >= 0:
-                trailer = buf[end + len(self.end):]
+                trailer = bytes(buf[end + len(self.end):filled])
                 if not eof:
                     trailer += _read_bounded(f, EVENT_LIMIT - len(trailer), path, "the part after traceEvents")
                 chunk = write(buf, end, last=True)
@@ -349,15 +359,17 @@ class _Layout:
                 # ("}]}" on the last event's line, "]" at another indentation, a minified
                 # tail) or the file is cut short. One that ends as a JSON object does is
                 # read again by the streaming parser, which decides.
-                if buf.rstrip().endswith(b"}"):
+                if buf[:filled].rstrip().endswith(b"}"):
                     raise _OtherLayout
                 raise _Truncated
             if cut <= 0:
-                if len(buf) > EVENT_LIMIT:
+                if filled > EVENT_LIMIT:
                     raise _OtherLayout  # one huge event, or a tail in another layout: the streaming parser decides
                 continue
             chunk = write(buf, cut)
-            buf = buf[cut:]
+            tail = bytes(buf[cut:filled])
+            buf[:len(tail)] = tail
+            filled = len(tail)
             if chunk:
                 yield chunk
 
@@ -616,16 +628,21 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
         gz = probe.read(2) == b"\x1f\x8b"
     rank = _placeholder_rank(source_id)
     warn: dict[str, int] = {}
-    events = [0]
+    events = [0]  # events read from the file
+    staged = [0]  # ... of them in _stage
 
     def stage(chunk_paths: list[str]) -> None:
-        con.execute(_STAGE_SQL, [chunk_paths])
+        into = "INSERT INTO _stage" if staged[0] else "CREATE OR REPLACE TEMP TABLE _stage AS"
+        n = con.execute(f"{into} {_STAGE_SELECT}", [chunk_paths]).fetchall()[0][0]
         for chunk in chunk_paths:
             os.unlink(chunk)
-        events[0] += con.execute("SELECT count(*) FROM _stage").fetchall()[0][0]
-        _insert_stage(con, source_id, warn)
+        events[0] += n
+        staged[0] += n
+        if staged[0] >= STAGED_EVENTS:
+            _insert_stage(con, source_id, warn)
+            staged[0] = 0
 
-    _create_buffers(con)
+    _create_flows(con)
     try:
         with tempfile.TemporaryDirectory(prefix="wanscope-") as tmp:
             with _open(path, gz) as f:
@@ -649,7 +666,7 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
                         # reads it again (keeping only the fields staged) and decides.
                         _discard_source(con, rank)
                         warn.clear()
-                        events[0] = 0
+                        events[0] = staged[0] = 0
                         layout = None
                 after: dict = {}
                 if layout is None:
@@ -658,7 +675,8 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
                     _stream_events(f, path, writer, stage, after)
             meta = _header_dict(header, trailer, path)
             meta.update(after)
-        _flush(con, force=True)
+        if staged[0]:
+            _insert_stage(con, source_id, warn)
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise InputError(path, f"truncated or corrupt gzip ({e})") from None
     except duckdb.InvalidInputException as e:
@@ -671,7 +689,7 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
     except OSError as e:
         raise InputError(path, f"cannot read: {e.strerror or e}") from None
     finally:
-        _drop_buffers(con)
+        con.execute("DROP TABLE IF EXISTS _stage")  # left by a failure
 
     if writer.undecodable:
         warn["undecodable_bytes"] = warn.get("undecodable_bytes", 0) + writer.undecodable
@@ -686,7 +704,6 @@ def _discard_source(con, rank: int) -> None:
     placeholder rank)."""
     for table in _TABLES:
         con.execute(f"DELETE FROM {table} WHERE rank = ?", [rank])
-        con.execute(f"TRUNCATE _buf_{table}")
     con.execute("TRUNCATE _kineto_flows")
     con.execute("DROP TABLE IF EXISTS _stage")
 
@@ -698,7 +715,8 @@ def _placeholder_rank(source_id: int) -> int:
 
 
 def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
-    """Move one staged run of events into the canonical tables; count its warnings."""
+    """Move the staged events (``_stage``) into the canonical tables, straight from the
+    parsed rows (no second uncompressed copy); count their warnings; drop ``_stage``."""
     rank = _placeholder_rank(source_id)
     counts = con.execute(
         "SELECT " + ", ".join(f"count(*) FILTER ({w})" for w in _WARNINGS) + " FROM _stage").fetchall()[0]
@@ -707,27 +725,27 @@ def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
             warn[kind] = warn.get(kind, 0) + n
     con.execute("INSERT INTO _kineto_flows SELECT id, ph FROM _stage WHERE dest = 'flow'")
     con.execute(f"""
-        INSERT INTO _buf_kernels
+        INSERT INTO kernels
         SELECT {rank}, device, stream, start_ns, start_ns + dur_ns, dur_ns, name, corr, NULL,
                grid, block, regs, smem
         FROM _stage WHERE dest = 'kernel'
     """)
     con.execute(f"""
-        INSERT INTO _buf_memops
+        INSERT INTO memops
         SELECT CASE WHEN cat LIKE '%memcpy' THEN 'memcpy' ELSE 'memset' END,
                CASE WHEN cat LIKE '%memcpy' THEN coalesce(regexp_extract(name, 'Memcpy (\\w+)', 1), 'unknown') END,
                bytes, name, {rank}, device, stream, start_ns, start_ns + dur_ns, dur_ns, corr, NULL
         FROM _stage WHERE dest = 'memop'
     """)
     con.execute(f"""
-        INSERT INTO _buf_api_calls
+        INSERT INTO api_calls
         SELECT CASE WHEN cat IN ('cuda_driver', 'driver') THEN 'driver' ELSE 'runtime' END,
                regexp_replace(name, '_v\\d{{4,}}$', ''), name, {rank}, pid, tid,
                start_ns, start_ns + dur_ns, dur_ns, corr
         FROM _stage WHERE dest = 'api'
     """)
     con.execute(f"""
-        INSERT INTO _buf_cpu_ops
+        INSERT INTO cpu_ops
         SELECT NULL, NULL, NULL,
                CASE WHEN cat IN ('cpu_op', 'operator') THEN 'op'
                     WHEN cat = 'python_function' THEN 'python' ELSE 'annotation' END,
@@ -735,38 +753,22 @@ def _insert_stage(con, source_id: int, warn: dict[str, int]) -> None:
         FROM _stage WHERE dest = 'host'
     """)
     con.execute(f"""
-        INSERT INTO _buf_cuda_syncs
+        INSERT INTO cuda_syncs
         SELECT coalesce(arg_name, name), {rank}, device, stream, start_ns, start_ns + dur_ns, corr, NULL
         FROM _stage WHERE dest = 'sync'
     """)
     con.execute("DROP TABLE _stage")
-    _flush(con, force=False)
 
 
-# Rows wait in uncompressed temporary tables and move to the (compressed) canonical tables
-# in runs of at least this many: each INSERT into a compressed table re-compresses its last
-# partial row group, so one per batch of events cost ~10x more CPU than a few large ones.
-FLUSH_ROWS = 1 << 18
+# Parsed events wait in _stage and move to the (compressed) canonical tables in runs of at
+# least this many: each INSERT into a compressed table re-compresses its last partial row
+# group, so one per staging statement (~150,000 events) cost ~2x the CPU of these inserts.
+STAGED_EVENTS = 300_000
 
 
-def _create_buffers(con) -> None:
-    """The per-file temporary tables: row buffers (dropped by ``_drop_buffers``) and the
-    flow halves (read and dropped by ``_finish_source``)."""
-    for table in _TABLES:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _buf_{table} AS SELECT * FROM {table} LIMIT 0")
+def _create_flows(con) -> None:
+    """The per-file temporary table of flow halves (read and dropped by ``_finish_source``)."""
     con.execute("CREATE OR REPLACE TEMP TABLE _kineto_flows (id VARCHAR, ph VARCHAR)")
-
-
-def _flush(con, force: bool) -> None:
-    for table in _TABLES:
-        if force or con.execute(f"SELECT count(*) FROM _buf_{table}").fetchall()[0][0] >= FLUSH_ROWS:
-            con.execute(f"INSERT INTO {table} SELECT * FROM _buf_{table}")
-            con.execute(f"TRUNCATE _buf_{table}")
-
-
-def _drop_buffers(con) -> None:
-    for table in _TABLES:
-        con.execute(f"DROP TABLE IF EXISTS _buf_{table}")
 
 
 def _finish_source(con, path: Path, source_id: int, rank: int, meta: dict, events: int, warn: dict) -> None:

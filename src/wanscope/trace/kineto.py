@@ -38,8 +38,8 @@ import orjson
 
 from wanscope.errors import InputError
 
-CHUNK_BYTES = 16 << 20  # bytes of events per file DuckDB parses
-STAGE_FILES = 3  # files per staging statement, parsed on parallel threads
+CHUNK_BYTES = 12 << 20  # bytes of events per file DuckDB parses
+STAGE_FILES = 4  # files per staging statement, parsed on parallel threads (2 each on 2 cores)
 EVENTS_KEY = b'"traceEvents"'
 _EVENTS_KEY_RE = re.compile(rb'"traceEvents"[ \t\r\n]*:')
 _BLANKS_RE = re.compile(rb"[ \t\r\n]*")

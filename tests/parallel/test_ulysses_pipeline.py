@@ -15,7 +15,7 @@ from wanscope.errors import UsageError
 from wanscope.parallel.exchange import make_transport
 from wanscope.parallel.group import ParallelContext
 from wanscope.parallel.plan import TRANSPORT_ENV, head_group_sizes, parse_head_groups, ulysses_transport
-from wanscope.parallel.ulysses import shard_sizes
+from wanscope.parallel.ulysses import Ulysses, shard_sizes
 from wanscope.wan.attention import attention
 from wanscope.wan.pipeline import denoise
 from wanscope.wan.sampler import FlowSampler, flow_schedule
@@ -68,6 +68,14 @@ def test_transports(monkeypatch):
     assert [tuple(t.shape) for t in call.send_buffers] == [(3, 2, 4, 2, 2, 8), (3, 2, 4, 2, 1, 8)]
     assert [tuple(t.shape) for t in call.recv] == [(3, 9, 2, 2, 8), (3, 9, 2, 1, 8)]
     assert tuple(call.output().shape) == (2, 4, 6, 8)  # B, L_r, N = P h, D
+
+
+def test_a_bad_head_group_count_is_refused_not_replaced_by_the_default(monkeypatch):
+    monkeypatch.delenv(TRANSPORT_ENV, raising=False)
+    assert Ulysses(cpu_context(), 6).group_sizes == [2, 1]  # nccl's default of 2 groups over 3 heads
+    for bad in (0, ()):
+        with pytest.raises(UsageError, match="Ulysses head group"):
+            Ulysses(cpu_context(), 6, bad)
 
 
 @pytest.mark.parametrize("world_size, specs", [

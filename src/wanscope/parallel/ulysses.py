@@ -103,8 +103,9 @@ class Ulysses:
         self.degree = ctx.ulysses_degree
         self.index = ctx.ulysses_rank
         transport = transport or ulysses_transport(ctx.device.type, ctx.local_world_size, self.degree)
-        self.group_sizes = head_group_sizes(num_heads // self.degree,
-                                            head_groups or DEFAULT_ULYSSES_HEAD_GROUPS.get(transport, 1))
+        if head_groups is None:
+            head_groups = DEFAULT_ULYSSES_HEAD_GROUPS.get(transport, 1)  # an unknown name fails below
+        self.group_sizes = head_group_sizes(num_heads // self.degree, head_groups)
         self.transport = make_transport(transport, ctx)
         self._sizes: list[int] = []
 

@@ -6,22 +6,22 @@ attention output live and how they cross. Per self-attention call it opens an ex
 rank's tokens, every head), ``send`` (start moving them: rank j gets its heads of them),
 then per head group ``inputs`` (wait for the group's q, k, v of every token), attention,
 ``send_output`` (start moving the group's output back: rank j gets its tokens), and last
-``output`` (this rank's tokens, every head, [B, L_r, N, D]). Every wait is the compute
-stream's, never the host's.
+``output`` (this rank's tokens, every head, [B, L_r, N, D]). On GPUs streams wait for the
+transfers, never the host (gloo's waits block it).
 
 - ``nccl``: ``all_to_all_single`` on the Ulysses group (the only one under gloo). An
   all-to-all needs each destination's chunk contiguous, so q, k, v are stored in send order
   ([P, L_r, B, hg, D] per head group: a strided pass, which in bf16 is also RoPE's rounding
-  to the model dtype) and the received output is copied back into token order: 2 layout
-  copies per block on the compute stream, and NCCL's copy kernels take SMs from the
-  attention they overlap.
+  to the model dtype) and the received output is copied back into token order: one layout
+  copy per block on the compute stream (2 E s in ``ulysses.py``'s count; the fused path adds
+  q, k and v's), and NCCL's copy kernels take SMs from the attention they overlap.
 - ``copy-engine`` (CUDA only): q, k, v and the output live token-major ([B, L_r, N, D]) in a
   workspace of CUDA symmetric memory (``torch.distributed._symmetric_memory``: every rank
   maps every other rank's workspace), and the data moves by ``cudaMemcpy2DAsync``, a
   strided copy that the GPU's copy engines carry over NVLink: each rank pulls its heads of
   every peer's tokens (rows of ``hg D`` elements, ``N D`` apart) into its receive buffer, and
   pushes each peer's tokens of its attention output into that peer's output rows. No layout
-  copy, no SM spent on moving data.
+  copy, no SM spent on moving data (``store``, the fused path's, is still a plain copy).
 
 Ordering of the copy-engine transport. Every exchange runs on the transport's own stream, in
 the same order on every rank: the stream waits for the compute stream (the data to send is

@@ -1,4 +1,5 @@
-"""The shape of a parallel run, without torch: modes, degrees, head checks, the timeout.
+"""The shape of a parallel run, without torch: modes, degrees, head checks, the timeout,
+Ulysses' head groups and transport.
 
 Imported by command modules that must not import torch when loaded (``wan/cli.py``).
 """

@@ -17,8 +17,8 @@ sampler, so latents stay whole and equal on every rank between steps.
 
 The all-to-alls are pipelined with attention by head group. Attention is independent per
 head, so each rank's N/P heads are split into G groups (``head_groups``, default
-``DEFAULT_ULYSSES_HEAD_GROUPS`` of the transport): the q, k, v of every group are sent first (asynchronous
-collectives, on the communicator's own stream), then group g's attention runs while group
+``DEFAULT_ULYSSES_HEAD_GROUPS`` of the transport): the q, k, v of every group are sent first
+(asynchronously, on the transport's own stream), then group g's attention runs while group
 g+1's inputs and group g-1's output travel. On the torch-op path Ulysses runs the whole
 self-attention (``self_attention``), v first, then k, then q, each sent as soon as it is
 made: v's and k's transfers travel while the next tensor is projected, normalized and
@@ -43,7 +43,8 @@ ranks):
   a token in one row): 2 E s of copies (the fused path, whose q, k, v come finished: 8 E s),
   and NCCL's kernels take SMs from the attention they overlap;
 - ``copy-engine``: q, k, v and the output stay token-major; strided copies on the copy
-  engines pull and push the head slices: no layout copy, no SM spent on moving data.
+  engines pull and push the head slices: no layout copy, no SM spent on moving data (the
+  fused path's finished q, k, v are still copied into the workspace: 6 E s).
 
 Heads must divide by P (``check_heads`` names the degrees that do); tokens need not.
 """

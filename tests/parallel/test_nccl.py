@@ -31,7 +31,9 @@ from wanscope.wan.pipeline import denoise
 from wanscope.wan.sampler import FlowSampler, flow_schedule
 
 pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices (NCCL)")
-SPECS = ["1", "2", "3", "1+2", "1@nccl", "2@copy-engine", "1+2@copy-engine"]  # 6 heads: 3 per rank
+# 6 heads: 3 per rank. Bare specs take the default transport (copy engines: launch.py sets
+# LOCAL_WORLD_SIZE), so NCCL's pipelined path needs its own spec.
+SPECS = ["1", "2", "3", "1+2", "1@nccl", "1+2@nccl", "2@copy-engine", "1+2@copy-engine"]
 TEST_S = 60.0  # the most any test here takes
 
 

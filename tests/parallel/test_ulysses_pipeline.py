@@ -14,7 +14,12 @@ from ulysses_worker import GUIDANCE, STEPS, attention_inputs, dit_inputs
 from wanscope.errors import UsageError
 from wanscope.parallel.exchange import make_transport
 from wanscope.parallel.group import ParallelContext
-from wanscope.parallel.plan import TRANSPORT_ENV, head_group_sizes, parse_head_groups, ulysses_transport
+from wanscope.parallel.plan import (
+    TRANSPORT_ENV,
+    head_group_sizes,
+    parse_head_groups,
+    ulysses_transport,
+)
 from wanscope.parallel.ulysses import Ulysses, shard_sizes
 from wanscope.wan.attention import attention
 from wanscope.wan.pipeline import denoise
@@ -46,18 +51,23 @@ def test_parse_head_groups():
 
 def cpu_context(**changes) -> ParallelContext:
     """A rank of a 2-rank Ulysses run on the CPU, without a process group (nothing here talks)."""
-    fields = dict(mode="ulysses", rank=1, world_size=2, local_rank=1, cfg_degree=1, ulysses_degree=2,
-                  device=torch.device("cpu"), timeout_s=60.0, cfg_group=None, ulysses_group=None)
+    fields = {"mode": "ulysses", "rank": 1, "world_size": 2, "local_rank": 1, "cfg_degree": 1, "ulysses_degree": 2,
+              "device": torch.device("cpu"), "timeout_s": 60.0, "cfg_group": None, "ulysses_group": None}
     return ParallelContext(**(fields | changes))
 
 
 def test_transports(monkeypatch):
     monkeypatch.delenv(TRANSPORT_ENV, raising=False)
-    assert ulysses_transport("cpu", 2, 2) == "nccl"
-    assert ulysses_transport("cuda", 8, 4) == "copy-engine"  # each group of 4 on one host
-    assert ulysses_transport("cuda", 2, 4) == "nccl"  # a group across hosts
+    assert ulysses_transport("cpu", 2, 2, False) == "nccl"
+    assert ulysses_transport("cuda", 8, 4, True) == "copy-engine"  # each group of 4 on one host
+    assert ulysses_transport("cuda", 2, 4, True) == "nccl"  # a group across hosts
+    assert ulysses_transport("cuda", 8, 4, False) == "nccl"  # GPUs without peer access
     monkeypatch.setenv(TRANSPORT_ENV, "nccl")
-    assert ulysses_transport("cuda", 8, 4) == "nccl"
+    assert ulysses_transport("cuda", 8, 4, True) == "nccl"
+    monkeypatch.setenv(TRANSPORT_ENV, "nvlink")
+    with pytest.raises(UsageError, match="WANSCOPE_ULYSSES_TRANSPORT='nvlink' is not a Ulysses transport; "
+                                         "known: nccl, copy-engine"):
+        ulysses_transport("cuda", 8, 4, True)
     with pytest.raises(UsageError, match="the copy-engine Ulysses transport needs CUDA devices; use nccl"):
         make_transport("copy-engine", cpu_context())
     with pytest.raises(UsageError, match="unknown Ulysses transport 'nvlink'; known: nccl, copy-engine"):

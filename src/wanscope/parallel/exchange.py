@@ -44,9 +44,8 @@ import torch.distributed as dist
 
 from wanscope.errors import UsageError
 from wanscope.parallel.group import ParallelContext
+from wanscope.parallel.plan import TRANSPORTS
 from wanscope.parallel.watch import NCCL_GRACE_S
-
-TRANSPORTS = ("nccl", "copy-engine")
 
 
 def make_transport(name: str, ctx: ParallelContext):
@@ -62,6 +61,18 @@ def make_transport(name: str, ctx: ParallelContext):
             raise UsageError("the copy-engine Ulysses transport needs CUDA devices; use nccl (gloo on the CPU)")
         return CopyEngineTransport(ctx)
     raise UsageError(f"unknown Ulysses transport {name!r}; known: {', '.join(TRANSPORTS)}")
+
+
+def peer_access(ctx: ParallelContext) -> bool:
+    """Whether the GPUs of this rank's Ulysses group can address each other's memory (NVLink
+    or PCIe peer access), the copy-engine transport's need. The group's ranks are consecutive
+    and each uses ``cuda:LOCAL_RANK`` (``rank % local_world_size``), so every rank of the group
+    computes the same answer."""
+    first = ctx.rank - ctx.ulysses_rank
+    devices = [(first + j) % ctx.local_world_size for j in range(ctx.ulysses_degree)]
+    if max(devices) >= torch.cuda.device_count():  # each process sees only its own GPU
+        return False
+    return all(torch.cuda.can_device_access_peer(a, b) for a in devices for b in devices if a != b)
 
 
 class _Call:
@@ -234,6 +245,7 @@ class CopyEngineTransport:
         from torch.distributed import _symmetric_memory as symm_mem
 
         self._symm_mem = symm_mem
+        _memcpy2d()  # a missing runtime fails here, on every rank, not inside an exchange
         with warnings.catch_warnings():  # torch < 2.9 needs it; later ones say it is no longer needed
             warnings.simplefilter("ignore", FutureWarning)
             symm_mem.enable_symm_mem_for_group(ctx.ulysses_group.group_name)

@@ -60,7 +60,8 @@ class ParallelContext:
     Attributes:
         mode: one of ``PARALLEL_MODES``.
         rank, world_size, local_rank: from the launcher's environment.
-        local_world_size: ranks on this host (``LOCAL_WORLD_SIZE``; ``world_size`` without it).
+        local_world_size: ranks on this host (``LOCAL_WORLD_SIZE``, which torchrun sets; 1
+            without it: unknown, so no transport assumes its peers share the host).
         cfg_degree, ulysses_degree: the grid; their product is ``world_size``.
         device: ``cuda:LOCAL_RANK`` or ``cpu``.
         timeout_s: seconds any wait may take before it fails.
@@ -224,7 +225,7 @@ def setup_from_env(
         mode=mode, rank=rank, world_size=world_size, local_rank=local_rank, cfg_degree=cfg_degree,
         ulysses_degree=ulysses_degree, device=device, timeout_s=timeout_s, cfg_group=cfg_group,
         ulysses_group=ulysses_group, heartbeat=beat,
-        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", world_size)),
+        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
     )
 
 

@@ -22,21 +22,29 @@ DEFAULT_TIMEOUT_S = 300.0
 # smaller attention calls cost more than they hide, NCCL's kernels taking SMs from each);
 # over copy engines 3 (650.2 ms/step, as 6; 655.1 for 2, 660.4 for 1; session 3).
 DEFAULT_ULYSSES_HEAD_GROUPS = {"nccl": 2, "copy-engine": 3}
+TRANSPORTS = ("nccl", "copy-engine")
 TRANSPORT_ENV = "WANSCOPE_ULYSSES_TRANSPORT"
 
 
-def ulysses_transport(device_type: str, local_world_size: int, ulysses_degree: int) -> str:
+def ulysses_transport(device_type: str, local_world_size: int, ulysses_degree: int, peer_access: bool) -> str:
     """The transport of Ulysses' all-to-alls (``parallel/exchange.py``) when none is named.
 
     ``copy-engine`` on CUDA when every Ulysses group lies on one host (its ranks are
-    consecutive, so when ``ulysses_degree`` divides ``local_world_size``, the ranks per host):
-    1.924x over one GPU on 2x H200 against NCCL's 1.886x in the same run
-    (benchmarks/RESULTS.md); ``nccl`` otherwise (gloo on the CPU). The environment variable
-    ``WANSCOPE_ULYSSES_TRANSPORT`` (``nccl`` or ``copy-engine``) overrides the choice.
+    consecutive, so when ``ulysses_degree`` divides ``local_world_size``, the ranks per host)
+    and its GPUs can address each other's memory (``peer_access``): 1.919x over one GPU on
+    2x H200 against NCCL's 1.883x in the same run (benchmarks/RESULTS.md); ``nccl`` otherwise
+    (gloo on the CPU). The environment variable ``WANSCOPE_ULYSSES_TRANSPORT`` (one of
+    ``TRANSPORTS``) overrides the choice.
+
+    Raises:
+        UsageError: the environment variable names no transport.
     """
     if os.environ.get(TRANSPORT_ENV):
-        return os.environ[TRANSPORT_ENV]
-    if device_type == "cuda" and local_world_size % ulysses_degree == 0:
+        name = os.environ[TRANSPORT_ENV]
+        if name not in TRANSPORTS:
+            raise UsageError(f"{TRANSPORT_ENV}={name!r} is not a Ulysses transport; known: {', '.join(TRANSPORTS)}")
+        return name
+    if device_type == "cuda" and local_world_size % ulysses_degree == 0 and peer_access:
         return "copy-engine"
     return "nccl"
 

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import torch
 
-from wanscope.parallel.exchange import make_transport
+from wanscope.parallel.exchange import make_transport, peer_access
 from wanscope.parallel.group import ParallelContext, all_gather_dim0
 from wanscope.parallel.plan import (
     DEFAULT_ULYSSES_HEAD_GROUPS,
@@ -103,7 +103,8 @@ class Ulysses:
         self.ctx = ctx
         self.degree = ctx.ulysses_degree
         self.index = ctx.ulysses_rank
-        transport = transport or ulysses_transport(ctx.device.type, ctx.local_world_size, self.degree)
+        transport = transport or ulysses_transport(ctx.device.type, ctx.local_world_size, self.degree,
+                                                   ctx.device.type == "cuda" and peer_access(ctx))
         if head_groups is None:
             head_groups = DEFAULT_ULYSSES_HEAD_GROUPS.get(transport, 1)  # an unknown name fails below
         self.group_sizes = head_group_sizes(num_heads // self.degree, head_groups)

@@ -111,7 +111,7 @@ def apply_rope_fp32(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> to
 
     Returns:
         [B, L, N, D] fp32, for the caller to round into the tensor it wants (Ulysses rounds
-        it straight into its all-to-all's send buffer: ``parallel/ulysses.py``).
+        it straight into where its transport sends from: ``parallel/exchange.py``).
     """
     pairs = x.float().unflatten(-1, (-1, 2))  # [B, L, N, D/2, 2]
     x0, x1 = pairs[..., 0], pairs[..., 1]

@@ -23,11 +23,12 @@ def idle_gaps(con, scope: Scope, largest: int, min_gap_ns: int = 0) -> dict[tupl
         f"WHEN dur_ns >= {lo}" + (f" AND dur_ns < {hi}" if hi else "") + f" THEN '{label}'"
         for label, lo, hi in BINS
     )
-    # The activity with its island numbers, computed once (a temporary table: the window
-    # passes are the cost); then the gaps between islands, binned and ranked.
+    # The activity's times with their island numbers, computed once (a temporary table: the
+    # window passes are the cost); then the gaps between islands, binned and ranked.
     con.execute(f"CREATE OR REPLACE TEMP TABLE _grouped_activity AS {scope.ctes()}, {GROUPED_SQL} SELECT * FROM _grouped")
     gaps = f"""
-    WITH islands AS ({ISLANDS_OF.format('_grouped_activity')}),
+    {scope.ctes()},
+    islands AS ({ISLANDS_OF.format('_grouped_activity')}),
     holes AS (
       SELECT rank, device, end_ns AS start_ns,
              lead(start_ns) OVER w - end_ns AS dur_ns, lead(island) OVER w AS next_island
@@ -46,15 +47,16 @@ def idle_gaps(con, scope: Scope, largest: int, min_gap_ns: int = 0) -> dict[tupl
             entry["total_ns"] += int(total)
             entry["histogram"][label] = {"count": n, "total_ns": int(total)}
         first = "(g.start_ns, g.kind <> 'kernel', g.correlation)"  # kernels first at equal starts
+        # The ops that end a gap are those of its device that start when it ends: all of
+        # them in the next island (islands are the union's maximal intervals).
         rows = con.execute(gaps + f"""
             , ranked AS (
               SELECT * FROM gaps
               QUALIFY row_number() OVER (PARTITION BY rank, device ORDER BY dur_ns DESC, start_ns) <= {int(largest)})
             SELECT r.rank, r.device, r.start_ns, r.dur_ns, arg_min(g.name, {first}), arg_min(g.kind, {first}),
                    arg_min(g.correlation, {first}), arg_min(g.stream, {first}), arg_min(g.pid, {first})
-            FROM ranked r JOIN _grouped_activity g
-              ON g.rank = r.rank AND g.device = r.device AND g.island = r.next_island
-             AND g.start_ns = r.start_ns + r.dur_ns
+            FROM ranked r JOIN activity g
+              ON g.rank = r.rank AND g.device = r.device AND g.start_ns = r.start_ns + r.dur_ns
             GROUP BY ALL ORDER BY r.rank, r.device, r.dur_ns DESC, r.start_ns
         """).fetchall()
     finally:

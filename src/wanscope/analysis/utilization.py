@@ -19,8 +19,9 @@ def device_utilization(con, scope: Scope) -> list[dict]:
     {ISLANDS_SQL},
     busy AS (SELECT rank, device, sum(end_ns - start_ns) AS busy_ns FROM islands GROUP BY ALL),
     _k AS (
-      SELECT *, max(end_ns) OVER (PARTITION BY rank, device ORDER BY start_ns, end_ns
-                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+      SELECT rank, device, start_ns, end_ns,
+             max(end_ns) OVER (PARTITION BY rank, device ORDER BY start_ns, end_ns
+                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
       FROM activity WHERE kind = 'kernel'),
     kbusy AS (
       SELECT rank, device, sum(greatest(end_ns - greatest(start_ns, coalesce(prev_end, start_ns)), 0)) AS kernel_busy_ns

@@ -156,8 +156,9 @@ class Scope:
 # The union of a device's activity intervals, as islands. GROUPED_SQL numbers them:
 # ``_grouped`` is (rank, device, start_ns, end_ns, island) of each activity; overlapping and
 # touching intervals (on any stream) share an island. Only the times go through the window
-# passes (the op names with them made those ~6x slower). ISLANDS_OF aggregates such rows into (rank, device, island,
-# start_ns, end_ns); ISLANDS_SQL does both as CTEs ending in ``islands``.
+# passes (the op names with them made those ~6x slower). ISLANDS_OF aggregates such rows
+# into (rank, device, island, start_ns, end_ns); ISLANDS_SQL does both as CTEs ending in
+# ``islands``.
 GROUPED_SQL = """
   _ordered AS (
     SELECT rank, device, start_ns, end_ns,

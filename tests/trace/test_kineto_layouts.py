@@ -336,3 +336,15 @@ def test_ranges_with_the_same_times_nest_by_external_id(tmp_path, monkeypatch):
         out.pop("sources")
         results.append(out)
     assert results[0] == results[1] == results[2]
+
+
+def test_duckdb_runs_the_threads_its_memory_limit_is_sized_for(tmp_path):
+    """Two worker threads whatever the core count: at 3 the JSON parse thrashes under the
+    136 MB limit (trace/load.py)."""
+    from wanscope.trace.load import DUCKDB_THREADS
+
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents": [\n' + ",\n".join(block(e) for e in EVENTS) + "\n]}")
+    with open_traces([path]) as con:
+        threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
+    assert (threads, DUCKDB_THREADS) == (2, 2)

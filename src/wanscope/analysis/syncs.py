@@ -77,10 +77,15 @@ def find_syncs(con, gpu_ranks: set[int], scope: Scope | None = None) -> list[dic
     out = [{"kind": "sync", "rank": r[0], "api": r[4], "op": r[5], "frame": r[6], "start_ns": int(r[7]),
             "wait_ns": int(r[8]), "gpu_idle_after_ns": None if r[9] is None else max(int(r[9]), 0)}
            for r in rows]
+    # would_sync only on ranks without GPU activity: on a GPU trace, no self-join of cpu_ops
+    cpu_ranks = [r for (r,) in con.execute("SELECT DISTINCT rank FROM cpu_ops").fetchall() if r not in gpu_ranks]
+    if not cpu_ranks:
+        return sorted(out, key=lambda s: (s["rank"], s["start_ns"]))
     cpu_rows = con.execute(f"""
     WITH hits AS (
       SELECT o.* FROM cpu_ops o LEFT JOIN cpu_ops p ON p.id = o.parent_id
       WHERE o.name IN ({_quoted(SYNC_OPS)}) AND (p.name IS NULL OR p.name NOT IN ({_quoted(SYNC_OPS)}))
+        AND o.rank IN ({", ".join(str(int(r)) for r in cpu_ranks)})
         AND {scope.in_steps('o.rank', 'o.pid', 'o.start_ns')}),
     frames AS (
       SELECT h.id, arg_max(f.name, f.depth) AS frame FROM hits h
@@ -92,5 +97,5 @@ def find_syncs(con, gpu_ranks: set[int], scope: Scope | None = None) -> list[dic
     """).fetchall()
     out += [{"kind": "would_sync", "rank": r[0], "api": None, "op": r[1], "frame": r[2], "start_ns": int(r[3]),
              "wait_ns": int(r[4]), "gpu_idle_after_ns": None}
-            for r in cpu_rows if r[0] not in gpu_ranks]
+            for r in cpu_rows]
     return sorted(out, key=lambda s: (s["rank"], s["start_ns"]))

@@ -79,13 +79,19 @@ def find_syncs(con, gpu_ranks: set[int], scope: Scope | None = None) -> list[dic
            for r in rows]
     # would_sync only on ranks without GPU activity: on a GPU trace, no self-join of cpu_ops
     cpu_ranks = [r for (r,) in con.execute("SELECT DISTINCT rank FROM cpu_ops").fetchall() if r not in gpu_ranks]
-    if not cpu_ranks:
-        return sorted(out, key=lambda s: (s["rank"], s["start_ns"]))
-    cpu_rows = con.execute(f"""
+    if cpu_ranks:
+        out += _would_syncs(con, cpu_ranks, scope)
+    return sorted(out, key=lambda s: (s["rank"], s["start_ns"]))
+
+
+def _would_syncs(con, ranks: list[int], scope: Scope) -> list[dict]:
+    """The outermost sync-causing aten ops (``SYNC_OPS``) of ``ranks`` in ``scope``, as
+    ``would_sync`` records with their own host time as ``wait_ns``."""
+    rows = con.execute(f"""
     WITH hits AS (
       SELECT o.* FROM cpu_ops o LEFT JOIN cpu_ops p ON p.id = o.parent_id
       WHERE o.name IN ({_quoted(SYNC_OPS)}) AND (p.name IS NULL OR p.name NOT IN ({_quoted(SYNC_OPS)}))
-        AND o.rank IN ({", ".join(str(int(r)) for r in cpu_ranks)})
+        AND o.rank IN ({", ".join(str(int(r)) for r in ranks)})
         AND {scope.in_steps('o.rank', 'o.pid', 'o.start_ns')}),
     frames AS (
       SELECT h.id, arg_max(f.name, f.depth) AS frame FROM hits h
@@ -95,7 +101,6 @@ def find_syncs(con, gpu_ranks: set[int], scope: Scope | None = None) -> list[dic
     SELECT h.rank, h.name, fr.frame, h.start_ns, h.dur_ns FROM hits h LEFT JOIN frames fr USING (id)
     ORDER BY h.start_ns
     """).fetchall()
-    out += [{"kind": "would_sync", "rank": r[0], "api": None, "op": r[1], "frame": r[2], "start_ns": int(r[3]),
+    return [{"kind": "would_sync", "rank": r[0], "api": None, "op": r[1], "frame": r[2], "start_ns": int(r[3]),
              "wait_ns": int(r[4]), "gpu_idle_after_ns": None}
-            for r in cpu_rows]
-    return sorted(out, key=lambda s: (s["rank"], s["start_ns"]))
+            for r in rows]

@@ -38,6 +38,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import warnings
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -180,16 +181,6 @@ class _NcclCall(_Call):
         self.pending = []
 
 
-class _Done:
-    """A copy-engine exchange's end: ``wait()`` makes the current stream wait for it."""
-
-    def __init__(self, event: torch.cuda.Event):
-        self.event = event
-
-    def wait(self) -> None:
-        torch.cuda.current_stream().wait_event(self.event)
-
-
 @functools.cache
 def _memcpy2d():
     """``cudaMemcpy2DAsync`` of the CUDA runtime torch loaded (found in /proc/self/maps).
@@ -304,27 +295,27 @@ class _CopyEngineCall(_Call):
         for row in range(x.shape[0]):
             torch.addmm(linear.bias, x[row], linear.weight.t(), out=self.mine[i][row].flatten(1))
 
-    def _queue(self, copies) -> None:
-        """On the transport's stream, after the compute stream's work so far: a barrier, then
-        ``copies()``."""
-        ready = torch.cuda.Event()
-        ready.record()
-        self.t.stream.wait_event(ready)
+    @contextmanager
+    def _after_barrier(self):
+        """Queue what the block queues on the transport's stream, after the compute stream's
+        work so far and a barrier of every rank."""
+        self.t.stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.t.stream):
             self.t.barrier()
-            copies()
+            yield
 
-    def _event(self) -> _Done:
+    def _event(self) -> torch.cuda.Event:
+        """An event at this point of the transport's stream; its ``wait()`` makes the current
+        stream wait for it."""
         done = torch.cuda.Event()
         done.record(self.t.stream)
-        return _Done(done)
+        return done
 
     def send(self, tensors: tuple[int, ...]) -> None:
         """Pull this rank's heads of ``tensors`` of every rank's tokens, group by group, one
         barrier for all, an event after each group's copies."""
         heads = self.rank * self.h
-
-        def copies():
+        with self._after_barrier():
             for g, (first, hg) in enumerate(self.groups):
                 for i in tensors:
                     start = 0
@@ -335,8 +326,6 @@ class _CopyEngineCall(_Call):
                         start += n
                 self.works[g].append(self._event())
 
-        self._queue(copies)
-
     def send_output(self, g: int, o: torch.Tensor) -> None:
         """Push each rank's tokens of group ``g``'s output ``o`` [B, L, hg, D] into that rank's
         output, at this rank's heads."""
@@ -345,8 +334,7 @@ class _CopyEngineCall(_Call):
         o.record_stream(self.t.stream)  # the copies read it after the compute stream moved on
         first, hg = self.groups[g]
         heads = self.rank * self.h + first
-
-        def copies():
+        with self._after_barrier():
             start = 0
             for j, n in enumerate(self.sizes):
                 dst = self.tensor(j, 3)[:, :, heads : heads + hg]  # [B, n, hg, D]
@@ -354,9 +342,7 @@ class _CopyEngineCall(_Call):
                     copy_rows(dst[b].flatten(1), o[b, start : start + n].flatten(1), self.t.stream)
                 start += n
             self.t.barrier()  # every rank's rows have landed in this rank's output
-
-        self._queue(copies)
-        self.done.append(self._event())
+            self.done.append(self._event())
 
     def output(self) -> torch.Tensor:
         """[B, L_r, N, D]: every head of this rank's tokens, in the workspace."""

@@ -1,0 +1,249 @@
+"""The Gluon kernel and launcher behind ``wanscope.kernels.attention_hopper`` (see its docstring).
+
+Imported only when the kernel runs: it needs Triton with Gluon's Hopper module at import time.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+# The launch configuration that won on the H200 (benchmarks/RESULTS.md, 2026-11-30): 64 query rows
+# per consumer warpgroup (two per CTA), 128-token K/V tiles, a 3-deep K/V ring (230 KB of shared
+# memory at D = 128: no room for a fourth), consumers at 240 registers, the loader warp at 24.
+BLOCK_M = 64
+BLOCK_N = 128
+STAGES = 3
+CONSUMER_REGS = 240
+LOADER_REGS = 24
+_LOG2E = 1.4426950408889634
+
+
+@gluon.jit
+def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+            q_row, kv_row0, col, n_kv, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr):
+    # the two consumers' Q tiles once, then K/V tiles into the ring; a K slot is refilled as soon
+    # as both consumers have their S from it, a V slot after both have done their P V
+    mbarrier.expect(q_bar.index(0), q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row, col], q_bar.index(0), q_smem.index(0))
+    mbarrier.expect(q_bar.index(1), q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row + BM, col], q_bar.index(1), q_smem.index(1))
+    for j in range(n_kv):
+        stage = j % STAGES
+        phase = (j // STAGES) & 1
+        mbarrier.wait(k_empty.index(stage), phase ^ 1)
+        mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [kv_row0 + j * BN, col], k_ready.index(stage), k_smem.index(stage))
+        mbarrier.wait(v_empty.index(stage), phase ^ 1)
+        mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [kv_row0 + j * BN, col], v_ready.index(stage), v_smem.index(stage))
+
+
+@gluon.jit
+def _round_p(x, FP16: gl.constexpr):
+    # P to the input dtype in inline asm, opaque to LLVM: a plain fptrunc gets folded through the
+    # loop phi (instcombine), the loop then carries P in fp32 (64 more registers) and ptxas waits
+    # for P V before the softmax
+    if FP16:
+        return gl.inline_asm_elementwise("cvt.rn.f16x2.f32 $0, $2, $1;", "=r,r,r", [x], dtype=gl.float16,
+                                         is_pure=True, pack=2)
+    else:
+        return gl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,r,r", [x], dtype=gl.bfloat16,
+                                         is_pure=True, pack=2)
+
+
+@gluon.jit
+def _masked(s, j, Lk, BN: gl.constexpr, s_layout: gl.constexpr):
+    cols = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
+    return gl.where(gl.expand_dims(cols < Lk, 0), s, -float("inf"))
+
+
+@gluon.jit
+def _step(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, p_op, m, l, Lk, qk_scale,
+          BN: gl.constexpr, STAGES: gl.constexpr, MASK: gl.constexpr, FP16: gl.constexpr,
+          s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
+    # S_j = Q K_j^T is issued before P_{j-1} V_{j-1} and waited for alone, so the softmax of
+    # block j can overlap the P V of block j - 1 (FA3's intra-warpgroup overlap)
+    stage = j % STAGES
+    phase = (j // STAGES) & 1
+    prev = (j - 1) % STAGES
+    prev_phase = ((j - 1) // STAGES) & 1
+    mbarrier.wait(k_ready.index(stage), phase)
+    s_tok = warpgroup_mma(q_i, k_smem.index(stage).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    mbarrier.wait(v_ready.index(prev), prev_phase)
+    o_tok = warpgroup_mma(p_op, v_smem.index(prev), o, is_async=True)
+    s = warpgroup_mma_wait(1, deps=(s_tok,))
+    mbarrier.arrive(k_empty.index(stage))
+    if MASK:
+        s = _masked(s, j, Lk, BN, s_layout)
+    m_new = gl.maximum(m, gl.max(s, axis=1) * qk_scale)
+    alpha = gl.exp2(m - m_new)
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+    l = l * alpha + gl.sum(p, axis=1)
+    o = warpgroup_mma_wait(0, deps=(o_tok,))
+    mbarrier.arrive(v_empty.index(prev))
+    o = o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    p_op = gl.convert_layout(_round_p(p, FP16), p_layout)
+    return o, p_op, m_new, l
+
+
+@gluon.jit
+def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+              o_ptr, o_row_stride, q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale,
+              BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, TAIL: gl.constexpr,
+              FP16: gl.constexpr):
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    q_i = q_smem.index(WG)
+    zero_s = gl.zeros([BM, BN], gl.float32, s_layout)
+    o = gl.zeros([BM, D], gl.float32, o_layout)
+    mbarrier.wait(q_bar.index(WG), 0)
+
+    # block 0: S_0 and its softmax (no P V yet)
+    mbarrier.wait(k_ready.index(0), 0)
+    s_tok = warpgroup_mma(q_i, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=(s_tok,))
+    mbarrier.arrive(k_empty.index(0))
+    if TAIL:  # noqa: SIM102 (the constexpr test alone prunes the branch at compile time)
+        if n_kv == 1:
+            s = _masked(s, 0, Lk, BN, s_layout)
+    m = gl.max(s, axis=1) * qk_scale
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m, 1))
+    l = gl.sum(p, axis=1)
+    p_op = gl.convert_layout(_round_p(p, FP16), p_layout)
+
+    for j in range(1, n_kv - 1):
+        o, p_op, m, l = _step(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, p_op, m, l, Lk,
+                              qk_scale, BN, STAGES, False, FP16, s_layout, o_layout, p_layout)
+    if n_kv > 1:  # the last block, peeled: its column mask stays out of the loop (a branch inside
+        # the wgmma window makes ptxas serialize the two GEMMs)
+        o, p_op, m, l = _step(n_kv - 1, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, p_op, m,
+                              l, Lk, qk_scale, BN, STAGES, TAIL, FP16, s_layout, o_layout, p_layout)
+
+    # the last P V
+    last = n_kv - 1
+    stage = last % STAGES
+    mbarrier.wait(v_ready.index(stage), (last // STAGES) & 1)
+    o_tok = warpgroup_mma(p_op, v_smem.index(stage), o, is_async=True)
+    o = warpgroup_mma_wait(0, deps=(o_tok,))
+    mbarrier.arrive(v_empty.index(stage))
+
+    o = o / gl.expand_dims(gl.convert_layout(l, gl.SliceLayout(1, o_layout)), 1)
+    rows = gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
+    cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
+    ptrs = o_ptr + (o_row0 + gl.expand_dims(rows, 1)).to(gl.int64) * o_row_stride + col + gl.expand_dims(cols, 0)
+    gl.store(ptrs, o.to(o_ptr.dtype.element_ty), mask=gl.expand_dims(q_row_in_batch + rows < Lq, 1))
+
+
+@gluon.jit
+def _consumer0(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, BM: gl.constexpr, BN: gl.constexpr,
+               D: gl.constexpr, STAGES: gl.constexpr, TAIL: gl.constexpr, FP16: gl.constexpr):
+    _consumer(0, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, BM, BN, D, STAGES, TAIL, FP16)
+
+
+@gluon.jit
+def _consumer1(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, BM: gl.constexpr, BN: gl.constexpr,
+               D: gl.constexpr, STAGES: gl.constexpr, TAIL: gl.constexpr, FP16: gl.constexpr):
+    _consumer(1, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+              q_row_in_batch + BM, o_row0 + BM, col, Lq, Lk, n_kv, qk_scale, BM, BN, D, STAGES, TAIL, FP16)
+
+
+@gluon.jit
+def _attention_hopper_fwd_kernel(
+    q_desc, k_desc, v_desc, o_ptr, o_row_stride, Lq, Lk, N, qk_scale,
+    BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, TAIL: gl.constexpr,
+    FP16: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+):
+    # one CTA: 2 * BM query rows of one (batch, head)
+    pid_m = gl.program_id(0)
+    bh = gl.program_id(1)
+    b = bh // N
+    h = bh % N
+    q_row_in_batch = pid_m * (2 * BM)
+    q_row = b * Lq + q_row_in_batch
+    kv_row0 = b * Lk
+    col = h * D
+    n_kv = gl.cdiv(Lk, BN)
+
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BM, D], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BN, D], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(q_bar.index(i), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)  # both consumers release each slot
+        mbarrier.init(v_empty.index(i), count=2)
+    fence_async_shared()
+
+    gl.warp_specialize([
+        (_consumer0, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, BM, BN, D, STAGES, TAIL, FP16)),
+        (_consumer1, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, BM, BN, D, STAGES, TAIL, FP16)),
+        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+                   q_row, kv_row0, col, n_kv, BM, BN, STAGES)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+
+
+def _token_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """x [B, L, N, D] as the rows of a [B*L, N*D] matrix that TMA can read: (x or a contiguous
+    copy, row stride in elements). In place when each token's heads are side by side (unit last
+    stride, ``stride(2) == D``), batches follow each other, and rows and base are 16-byte aligned:
+    the DiT's q and k, and v as a column slice of the fused QKV output."""
+    b, l, n, d = x.shape
+    row = x.stride(1)
+    ok = (x.stride(3) == 1 and (n == 1 or x.stride(2) == d) and (b == 1 or x.stride(0) == l * row)
+          and row >= n * d and (row * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0)
+    if not ok:
+        x = x.contiguous()
+        row = n * d
+    return x, row
+
+
+def _descriptor(x: torch.Tensor, block_rows: int) -> TensorDescriptor:
+    b, l, n, d = x.shape
+    x, row = _token_rows(x)
+    rows = x.as_strided((b * l, n * d), (row, 1))
+    layout = gl.NVMMASharedLayout.get_default_for([block_rows, d], _GL_DTYPE[x.dtype])
+    return TensorDescriptor(rows, [b * l, n * d], [row, 1], [block_rows, d], layout)
+
+
+_GL_DTYPE = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+
+
+def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Run the kernel on checked inputs (``attention_hopper``'s): [B, Lq, N, D] contiguous."""
+    b, lq, n, d = q.shape
+    lk = k.shape[1]
+    out = torch.empty((b, lq, n, d), dtype=q.dtype, device=q.device)
+    if out.numel() == 0:
+        return out
+    grid = (-(-lq // (2 * BLOCK_M)), b * n)
+    _attention_hopper_fwd_kernel[grid](
+        _descriptor(q, BLOCK_M), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N), out, n * d, lq, lk, n,
+        _LOG2E / math.sqrt(d),
+        BM=BLOCK_M, BN=BLOCK_N, D=d, STAGES=STAGES, TAIL=lk % BLOCK_N != 0, FP16=q.dtype == torch.float16,
+        CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS, num_warps=4)
+    return out

@@ -1,0 +1,131 @@
+"""FlashAttention-3-style attention forward for Hopper (sm_90), written in Triton's Gluon.
+
+For one (batch, head), q [Lq, D], k and v [Lk, D], no mask, ``c = log2(e) / sqrt(D)``::
+
+    s[i, j] = c (q[i] . k[j])                            # log2 units: exp2 below, scale folded in
+    m_i     = running max_j s[i, j]                      # online softmax, per K/V tile
+    p[i, j] = 2^(s[i, j] - m_i);  l_i = sum_j p[i, j]    # o and l rescaled by 2^(m_old - m_new)
+    o[i]    = (sum_j p[i, j] v[j]) / l_i                 # normalized once, at the end
+
+Inputs: q [B, Lq, N, D], k and v [B, Lk, N, D], one dtype, bf16 or fp16, on one CUDA device of
+compute capability 9.0; D in {64, 128}; Lk >= 1. Token-major with each token's heads side by
+side (unit last stride, ``stride(2) == D``) is read in place through TMA, whatever the row
+stride (v may be the strided third of a fused [B, L, 3 N D] QKV output); other layouts are
+copied contiguous first. Output: [B, Lq, N, D] contiguous, q's dtype. Scores, softmax and the
+accumulator are fp32; P is rounded to the input dtype for P V (as cuDNN and FlashAttention do).
+
+The algorithm is FlashAttention-3's (Shah et al. 2024, arXiv:2407.08608) without FP8: one CTA
+covers 128 query rows of one (batch, head) with three warp-specialized roles (``gl.warp_specialize``):
+
+* a TMA loader warp (24 registers): the two Q tiles once, then 128-token K and V tiles into a
+  3-deep shared-memory ring; a K slot is refilled as soon as both consumers have their S from it,
+  a V slot once both have done their P V (mbarriers for ready and empty);
+* two consumer warpgroups of 64 query rows each (``setmaxnreg`` 240): S = Q K^T and O += P V by
+  ``warpgroup_mma`` (Q, K, V in shared memory, P in registers as the A operand), with S_{j+1}
+  issued before P_j V_j and waited for alone (FA3's intra-warpgroup overlap of softmax and
+  GEMM). The last K/V block is peeled for its column mask (rows past Lk read the next batch's
+  tokens or TMA's zero fill, and get p = 0).
+
+Not in it: FA3's ping-pong scheduling of the two warpgroups (1-2% slower here, built from
+mbarriers), FP8, masks, backward. Work at [1, 32760, 12, 128]: 4 B N Lq Lk D = 6.6e12 FLOP;
+HBM traffic q, k, v, o once (~400 MB; K/V re-reads hit L2).
+
+Measured (NVIDIA H200, torch 2.11.0+cu130, Triton 3.6.0, [1, 32760, 12, 128] bf16 on the DiT's
+layout, benchmarks/RESULTS.md 2026-11-30): 10.26-10.36 ms, 636-642 TFLOP/s, 0.895x cuDNN SDPA's
+time (11.42-11.58 ms) at cuDNN's error, 2.32e-3 relative L2 against float64 attention. In the
+1.3B DiT forward at 480x832x81 (30 self- and 30 cross-attention calls): 478.6 ms against 511.8 ms
+with cuDNN (0.917x diffusers' regional compile, 521.8 ms in that run), same output error
+(benchmarks/RESULTS.md, 2026-11-30, "DiT forward with our Hopper attention").
+
+Needs: an sm_90 GPU and Triton with Gluon's Hopper module (``triton.experimental.gluon``,
+tested with Triton 3.6.0 only: Gluon is experimental and its API moves between releases).
+This module imports only torch; Gluon is imported when the kernel first runs.
+
+Custom op: ``wanscope::attention_hopper`` (a fake for ``torch.compile``). No CPU path: the
+portable reference is SDPA (``wanscope.wan.attention``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+HEAD_DIMS = (64, 128)
+DTYPES = (torch.bfloat16, torch.float16)
+_CAPABILITY = (9, 0)
+
+
+@functools.cache
+def _gluon_import_error() -> str | None:
+    """Why the Gluon kernel cannot be imported here (None: it can); tried once per process."""
+    try:
+        from wanscope.kernels import _attention_hopper_gluon  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 (ImportError, or a Gluon API this module does not match)
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+@functools.cache
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+def unsupported_device(device: torch.device | str) -> str | None:
+    """Why the kernel cannot run on ``device`` (None: it can): not CUDA, a compute capability
+    other than 9.0, or no importable Gluon Hopper module. The capability and the import are
+    looked up once (per device, per process)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return f"needs a CUDA device, got {device}"
+    cc = _capability(device.index if device.index is not None else torch.cuda.current_device())
+    if cc != _CAPABILITY:
+        return f"needs compute capability 9.0 (Hopper, sm_90), {device} has {cc[0]}.{cc[1]}"
+    error = _gluon_import_error()
+    if error is not None:
+        return f"needs Triton with Gluon's Hopper module (tested: Triton 3.6.0): {error}"
+    return None
+
+
+@torch.library.custom_op("wanscope::attention_hopper", mutates_args=())
+def _attention_hopper_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    from wanscope.kernels._attention_hopper_gluon import launch
+
+    return launch(q, k, v)
+
+
+@_attention_hopper_op.register_fake
+def _(q, k, v):
+    return q.new_empty(q.shape)
+
+
+def attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Softmax attention without mask, scale ``1/sqrt(D)``: see the module docstring.
+
+    Args:
+        q: [B, Lq, N, D]; k, v: [B, Lk, N, D]; bf16 or fp16, one dtype, one CUDA device of compute
+            capability 9.0; D in {64, 128}; Lk >= 1. Any row strides (read in place when each
+            token's heads are side by side, else copied).
+
+    Returns:
+        [B, Lq, N, D] contiguous, dtype of q.
+
+    Raises:
+        ValueError: shapes, dtypes, head dim or device outside the above, or Triton without
+            Gluon's Hopper module (the message says which).
+    """
+    if q.ndim != 4 or k.ndim != 4 or k.shape != v.shape or (q.shape[0], q.shape[2:]) != (k.shape[0], k.shape[2:]):
+        raise ValueError(f"q [B, Lq, N, D] and k, v [B, Lk, N, D] expected, got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in DTYPES:
+        raise ValueError(f"q, k, v must share one dtype, bf16 or fp16, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.shape[-1] not in HEAD_DIMS:
+        raise ValueError(f"head dim must be one of {HEAD_DIMS}, got {q.shape[-1]}")
+    if k.shape[1] < 1:
+        raise ValueError("attention over zero keys is undefined")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    reason = unsupported_device(q.device)
+    if reason is not None:
+        raise ValueError(f"attention_hopper {reason}")
+    return torch.ops.wanscope.attention_hopper(q, k, v)

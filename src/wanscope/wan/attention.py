@@ -6,7 +6,19 @@ The SDPA backends run PyTorch's ``scaled_dot_product_attention``; the named ones
 ``math`` is the unfused reference. ``triton`` is our own FlashAttention kernel for Hopper
 (``wanscope.kernels.attention_flash``, exact bf16 with fp32 softmax; its launch configuration is
 ``FlashConfig``'s default), reading the token-major q, k, v without a transpose; off CUDA it runs
-that op's torch reference (or the kernel under Triton's interpreter).
+that op's torch reference (or the kernel under Triton's interpreter). ``hopper`` is our
+FlashAttention-3-style Gluon kernel (``wanscope.kernels.attention_hopper``: bf16/fp16, D 64 or
+128, sm_90 GPUs with Triton's Gluon Hopper module only; ValueError elsewhere).
+
+``auto`` (the DiT's, the pipeline's and the CLI's default) picks by ``resolve_backend``:
+``hopper`` where it runs (the inputs' device is an sm_90 GPU where Gluon's Hopper module imports,
+bf16/fp16, a head dim it takes), else ``sdpa``. ``WanDiT`` resolves it once per forward, outside
+its blocks (which may be compiled); ``attention`` resolves it per call for direct callers. Why the
+default: on an H200 the 1.3B DiT forward at 480x832x81 took 478.6 ms with ``hopper`` against
+511.8 ms with cuDNN through ``sdpa``, at the same error (3.23e-3 relative L2 vs fp32;
+benchmarks/RESULTS.md, 2026-11-30).
+
+Modules that name a backend import no Triton: the kernels are imported when first used.
 """
 
 from __future__ import annotations
@@ -27,6 +39,8 @@ class AttentionBackend(str, Enum):
     EFFICIENT = "efficient"
     MATH = "math"
     TRITON = "triton"
+    HOPPER = "hopper"
+    AUTO = "auto"
 
 
 _PINNED = {
@@ -50,6 +64,25 @@ def parse_backend(name: str | AttentionBackend) -> AttentionBackend:
         raise UsageError(f"unknown attention backend {name!r}; known: {known}") from None
 
 
+def resolve_backend(
+    backend: AttentionBackend, device: torch.device, dtype: torch.dtype, head_dim: int
+) -> AttentionBackend:
+    """The backend that runs for ``backend`` on inputs of this device, dtype and head dim:
+    ``auto`` becomes ``hopper`` where that kernel takes them, else ``sdpa``; any other backend
+    is itself. Off CUDA, Triton is not imported; on CUDA the device's capability and Gluon's
+    import are looked up once per process."""
+    if backend is not AttentionBackend.AUTO:
+        return backend
+    if device.type != "cuda":
+        return AttentionBackend.SDPA
+    # imports triton (through wanscope.kernels): only for auto on CUDA
+    from wanscope.kernels import attention_hopper as hopper
+
+    if dtype in hopper.DTYPES and head_dim in hopper.HEAD_DIMS and hopper.unsupported_device(device) is None:
+        return AttentionBackend.HOPPER
+    return AttentionBackend.SDPA
+
+
 def attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: AttentionBackend = AttentionBackend.SDPA
 ) -> torch.Tensor:
@@ -64,9 +97,15 @@ def attention(
 
     Raises:
         RuntimeError: from PyTorch, when a pinned backend cannot run these inputs.
-        ValueError: ``triton`` with inputs it does not take (``attention_flash``: fp32 on CUDA,
-            head dims other than 16/32/64/128).
+        ValueError: ``triton`` or ``hopper`` with inputs it does not take (``attention_flash``:
+            fp32 on CUDA, head dims other than 16/32/64/128; ``attention_hopper``: see there).
     """
+    backend = resolve_backend(backend, q.device, q.dtype, q.shape[-1])
+    if backend is AttentionBackend.HOPPER:
+        # imports triton: only when chosen
+        from wanscope.kernels.attention_hopper import attention_hopper
+
+        return attention_hopper(q, k, v)
     if backend is AttentionBackend.TRITON:
         # imports triton: only when chosen
         from wanscope.kernels.attention_flash import attention_flash

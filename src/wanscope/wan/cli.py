@@ -82,8 +82,9 @@ def build_request(cfg, prompt: str, *, negative_prompt=None, size=None, frames=N
               help=f"Run cond and uncond as two forwards or one B=2 forward. Default: auto, batched up to "
                    f"{CFG_BATCHED_MAX_TOKENS:,} DiT tokens (e.g. 416x240x21), sequential above (832x480x81); "
                    f"sequential under --parallel cfg.")
-@click.option("--attention", type=click.Choice(["sdpa", "cudnn", "flash", "efficient", "math"]), default="sdpa",
-              show_default=True, help="Attention kernel.")
+@click.option("--attention", type=click.Choice(["auto", "sdpa", "cudnn", "flash", "efficient", "math", "hopper"]),
+              default="auto", show_default=True,
+              help="Attention kernel. auto: ours (hopper) on an sm_90 GPU with Triton's Gluon, else sdpa.")
 @click.option("--device", default=None, help="Default: cuda if available, else cpu.")
 @click.option("--dtype", type=click.Choice(["bf16", "fp32"]), default=None, help="Default: bf16 on CUDA, fp32 on CPU.")
 @click.option("--legacy-step-lookup", is_flag=True, help="Find the step index with a device .item() (syncs once per step).")

@@ -63,8 +63,10 @@ def _db(x: float) -> str:
 @click.option("--fast", "fast_spec", default="", metavar="SPEC",
               help="The fast mode's config over its defaults, e.g. 'linears=ffn,qkv exact_blocks=0,-1 pv_fp8=no' "
                    "(keys: linears, int8_attention, pv_fp8, exact_blocks, fast_accum).")
-@click.option("--attention", type=click.Choice(["sdpa", "cudnn", "flash", "efficient", "math"]), default="sdpa",
-              show_default=True, help="Attention kernel of the exact mode (and of the fast mode's exact parts).")
+@click.option("--attention", type=click.Choice(["auto", "sdpa", "cudnn", "flash", "efficient", "math", "hopper"]),
+              default="auto", show_default=True,
+              help="Attention kernel of the exact mode (and of the fast mode's exact parts). auto: ours (hopper) "
+                   "on an sm_90 GPU with Triton's Gluon, else sdpa.")
 @click.option("--device", default=None, help="Default: cuda if available, else cpu.")
 @click.option("--dtype", type=click.Choice(["bf16", "fp32"]), default=None, help="Default: bf16 on CUDA, fp32 on CPU.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)

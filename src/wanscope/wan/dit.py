@@ -33,7 +33,12 @@ from torch import nn
 
 from wanscope.errors import UsageError
 from wanscope.wan import ranges
-from wanscope.wan.attention import AttentionBackend, attention, parse_backend
+from wanscope.wan.attention import (
+    AttentionBackend,
+    attention,
+    parse_backend,
+    resolve_backend,
+)
 from wanscope.wan.config import DiTConfig
 
 
@@ -256,7 +261,10 @@ class WanDiT(nn.Module):
 
     Args:
         cfg: the architecture.
-        attention_backend: attention kernel for every attention call (settable later).
+        attention_backend: attention kernel for every attention call (settable later). The
+            default ``auto`` is resolved once per forward (``attention.resolve_backend``, on the
+            latents' device, the model dtype and head dim): our Gluon kernel (``hopper``) on an
+            sm_90 GPU where Triton's Gluon Hopper module imports, in bf16/fp16, else ``sdpa``.
         kernels: ``torch`` or ``triton`` (settable later; set it after loading and casting the
             weights: it fuses the q/k/v and cross k/v projection weights into one tensor each).
     """
@@ -264,7 +272,7 @@ class WanDiT(nn.Module):
     def __init__(
         self,
         cfg: DiTConfig,
-        attention_backend: AttentionBackend = AttentionBackend.SDPA,
+        attention_backend: AttentionBackend | str = AttentionBackend.AUTO,
         kernels: Kernels | str = Kernels.TORCH,
     ):
         super().__init__()
@@ -398,8 +406,10 @@ class WanDiT(nn.Module):
         residual = torch.float32 if cfg.fp32_residual else dtype
         x = torch.empty_like(x, dtype=residual, memory_format=torch.contiguous_format).copy_(x)
 
+        # ``auto`` resolved once per forward, outside the blocks (which may be compiled)
+        backend = resolve_backend(self.attention_backend, latents.device, dtype, cfg.head_dim)
         for block in self.blocks:
-            x = block(x, e6, ctx, rope, self.attention_backend)
+            x = block(x, e6, ctx, rope, backend)
 
         out = self.head(x, e)  # [B, L, pt*ph*pw*C] fp32 (L_r tokens under Ulysses)
         if self.sequence_parallel is not None:

@@ -99,7 +99,7 @@ class Components:
     device: torch.device
     dtype: torch.dtype
     checkpoint: Path | None = None
-    attention_backend: AttentionBackend = AttentionBackend.SDPA
+    attention_backend: AttentionBackend = AttentionBackend.AUTO
     dit_overrides: dict = field(default_factory=dict)
 
     @property

@@ -1,0 +1,258 @@
+"""wanscope::attention_hopper (the Gluon FA3-style kernel) and the ``hopper``/``auto`` backends.
+
+On the CPU (Gluon kernels do not run under Triton's interpreter): the wrapper's input checks,
+the device checks, backend parsing, ``auto``'s selection and its fallback to SDPA, and that
+none of it imports Triton off CUDA. On an sm_90 GPU with Gluon's Hopper module (else skipped,
+with the reason): the kernel against float64 attention at awkward shapes and at the DiT's,
+and the DiT forward with ``hopper`` against the same forward with SDPA (cuDNN on an H200).
+
+Bounds (relative L2 vs float64, q, k, v ~ N(0, 1)): small shapes <= 1.25x PyTorch's own SDPA in
+the same dtype (+1e-6; the kernel rounds P once as FlashAttention and cuDNN do: 2.2e-3 measured
+at these shapes, as cuDNN); the DiT shape [1, 32760, 12, 128] bf16 <= 1.05x cuDNN's and <= 2.5e-3
+(both measured 2.32e-3 on an H200). DiT forward (2 layers, head dim 128, B = 2, 1170 tokens and
+16 text tokens, fp32-residual bf16 on the fused kernels): relative L2 against the fp32 model
+<= 1.1x the SDPA forward's, and <= 1e-2 between the two bf16 forwards.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernel_checks import rel_l2
+
+from wanscope.kernels import attention_hopper as hopper
+from wanscope.wan.attention import AttentionBackend, parse_backend, resolve_backend
+
+BF16, FP16 = torch.bfloat16, torch.float16
+
+
+def _reason() -> str | None:
+    if not torch.cuda.is_available():
+        return "needs CUDA"
+    return hopper.unsupported_device(torch.device("cuda"))
+
+
+_SKIP = _reason()
+needs_sm90 = pytest.mark.skipif(_SKIP is not None, reason=f"attention_hopper: {_SKIP}")
+
+
+# --- CPU: checks and selection ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shapes, dtype, match",
+    [
+        (((1, 8, 2, 128), (1, 8, 2, 128), (1, 8, 2, 64)), BF16, "expected"),
+        (((1, 8, 2, 128), (2, 8, 2, 128), (2, 8, 2, 128)), BF16, "expected"),
+        (((8, 2, 128), (8, 2, 128), (8, 2, 128)), BF16, "expected"),
+        (((1, 8, 2, 128),) * 3, torch.float32, "bf16 or fp16"),
+        (((1, 8, 2, 96),) * 3, BF16, "head dim"),
+        (((1, 8, 2, 32),) * 3, FP16, "head dim"),
+        (((1, 8, 2, 128), (1, 0, 2, 128), (1, 0, 2, 128)), BF16, "zero keys"),
+        (((1, 8, 2, 128),) * 3, BF16, "needs a CUDA device"),
+    ],
+)
+def test_input_checks(shapes, dtype, match):
+    q, k, v = (torch.zeros(s, dtype=dtype) for s in shapes)
+    with pytest.raises(ValueError, match=match):
+        hopper.attention_hopper(q, k, v)
+
+
+def test_mixed_dtypes_rejected():
+    q = torch.zeros(1, 8, 2, 128, dtype=BF16)
+    with pytest.raises(ValueError, match="one dtype"):
+        hopper.attention_hopper(q, q, q.half())
+
+
+def test_not_sm90_and_no_gluon(monkeypatch):
+    monkeypatch.setattr(hopper, "_capability", lambda index: (8, 0))
+    assert "compute capability 9.0" in hopper.unsupported_device("cuda:0")
+    assert "has 8.0" in hopper.unsupported_device("cuda:0")
+    monkeypatch.setattr(hopper, "_capability", lambda index: (10, 0))
+    assert "compute capability 9.0" in hopper.unsupported_device("cuda:0")
+    monkeypatch.setattr(hopper, "_capability", lambda index: (9, 0))
+    monkeypatch.setattr(hopper, "_gluon_import_error", lambda: "ImportError: no gluon")
+    assert "Gluon" in hopper.unsupported_device("cuda:0")
+    monkeypatch.setattr(hopper, "_gluon_import_error", lambda: None)
+    assert hopper.unsupported_device("cuda:0") is None
+    assert "CUDA" in hopper.unsupported_device("cpu")
+
+
+def test_parse_backend():
+    assert parse_backend("hopper") is AttentionBackend.HOPPER
+    assert parse_backend("auto") is AttentionBackend.AUTO
+
+
+@pytest.fixture
+def sm90(monkeypatch):
+    """Pretend cuda:0 runs the kernel (resolve_backend asks unsupported_device)."""
+    monkeypatch.setattr(hopper, "unsupported_device", lambda device: None)
+
+
+def test_auto_picks_hopper_where_it_runs(sm90):
+    cuda = torch.device("cuda:0")
+    assert resolve_backend(AttentionBackend.AUTO, cuda, BF16, 128) is AttentionBackend.HOPPER
+    assert resolve_backend(AttentionBackend.AUTO, cuda, FP16, 64) is AttentionBackend.HOPPER
+
+
+@pytest.mark.usefixtures("sm90")
+@pytest.mark.parametrize("device, dtype, head_dim", [("cpu", BF16, 128), ("cuda:0", torch.float32, 128),
+                                                      ("cuda:0", BF16, 96), ("cuda:0", BF16, 32)])
+def test_auto_falls_back_to_sdpa(device, dtype, head_dim):
+    assert resolve_backend(AttentionBackend.AUTO, torch.device(device), dtype, head_dim) is AttentionBackend.SDPA
+
+
+def test_auto_falls_back_off_hopper(monkeypatch):
+    monkeypatch.setattr(hopper, "unsupported_device", lambda device: "needs compute capability 9.0")
+    assert resolve_backend(AttentionBackend.AUTO, torch.device("cuda:0"), BF16, 128) is AttentionBackend.SDPA
+
+
+@pytest.mark.parametrize("backend", [b for b in AttentionBackend if b is not AttentionBackend.AUTO])
+def test_named_backends_resolve_to_themselves(backend, sm90):
+    assert resolve_backend(backend, torch.device("cuda:0"), BF16, 128) is backend
+
+
+def test_auto_on_cpu_imports_no_triton():
+    code = (
+        "import sys, torch\n"
+        "from wanscope.wan.config import get_preset\n"
+        "from wanscope.wan.dit import WanDiT\n"
+        "from wanscope.wan.attention import AttentionBackend, attention\n"
+        "m = WanDiT(get_preset('tiny').dit, attention_backend='auto').init_weights().eval()\n"
+        "x = (torch.randn(1, 16, 1, 4, 4), torch.tensor([500.0]), torch.randn(1, 16, 32))\n"
+        "with torch.no_grad():\n"
+        "    m(*x)\n"
+        "q = torch.randn(1, 5, 2, 128)\n"
+        "attention(q, q, q, AttentionBackend.AUTO)\n"
+        "assert 'triton' not in sys.modules, 'triton imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_dit_auto_on_cpu_is_sdpa():
+    from wanscope.wan.config import get_preset
+    from wanscope.wan.dit import WanDiT
+
+    torch.manual_seed(0)
+    m = WanDiT(get_preset("tiny").dit).init_weights().eval()
+    x = (torch.randn(1, 16, 1, 4, 4), torch.tensor([500.0]), torch.randn(1, 16, 32))
+    with torch.no_grad():
+        m.attention_backend = "auto"
+        auto = m(*x)
+        m.attention_backend = "sdpa"
+        sdpa = m(*x)
+    assert torch.equal(auto, sdpa)
+
+
+def test_cli_offers_hopper():
+    from wanscope.wan.cli import generate
+    from wanscope.wan.compare_cli import compare_modes
+
+    for command in (generate, compare_modes):
+        option = next(p for p in command.params if p.name == "attention")
+        assert "hopper" in option.type.choices
+
+
+# --- GPU: the kernel ---------------------------------------------------------------------------
+
+
+def _f64(q, k, v):
+    """Softmax attention in float64: [B, Lq, N, D]."""
+    qd, kd, vd = (t.double().transpose(1, 2) for t in (q, k, v))  # [B, N, L, D]
+    p = torch.softmax(qd @ kd.transpose(-1, -2) / qd.shape[-1] ** 0.5, dim=-1)
+    return (p @ vd).transpose(1, 2)
+
+
+def _sdpa(q, k, v):
+    return torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+
+
+def _dit_layout(b, lq, lk, n, d, dtype, seed=0):
+    """q contiguous; k, v the two column halves of one [B, Lk, 2 N D] projection (v strided)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(b, lq, n, d, generator=g, device="cuda").to(dtype)
+    kv = torch.randn(b, lk, 2 * n * d, generator=g, device="cuda").to(dtype)
+    return q, kv[..., : n * d].unflatten(-1, (n, d)), kv[..., n * d :].unflatten(-1, (n, d))
+
+
+# (B, Lq, Lk, N, D): L not a multiple of 128, L < 128 (one K/V block, masked), Lq != Lk, B = 2,
+# N = 3, one token, Lk a multiple of 128 (no tail)
+SHAPES = [(2, 1000, 1000, 3, 128), (1, 100, 100, 2, 128), (2, 77, 77, 3, 128), (1, 300, 513, 3, 64),
+          (2, 1170, 16, 2, 128), (1, 1, 1, 1, 128), (1, 256, 384, 3, 64)]
+
+
+@needs_sm90
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_matches_float64(shape, dtype):
+    q, k, v = _dit_layout(*shape, dtype)
+    ref = _f64(q, k, v)
+    out = hopper.attention_hopper(q, k, v)
+    assert out.shape == q.shape and out.dtype == dtype and out.is_contiguous()
+    err, lowp_err = rel_l2(out, ref), rel_l2(_sdpa(q, k, v), ref)
+    assert err <= 1.25 * lowp_err + 1e-6, f"{shape} {dtype}: rel L2 {err:.3e}, torch SDPA {lowp_err:.3e}"
+
+
+@needs_sm90
+def test_other_layouts_are_copied():
+    # head-major [B, N, L, D] views (SDPA's layout) and a non-16-byte-aligned row stride
+    q, k, v = (torch.randn(2, 3, 200, 128, device="cuda", dtype=BF16).transpose(1, 2) for _ in range(3))
+    ref = _f64(q, k, v)
+    assert rel_l2(hopper.attention_hopper(q, k, v), ref) <= 1.25 * rel_l2(_sdpa(q, k, v), ref) + 1e-6
+    wide = torch.randn(1, 150, 2 * 128 + 4, device="cuda", dtype=BF16)[..., 4:].unflatten(-1, (2, 128))
+    ref = _f64(wide, wide, wide)
+    assert rel_l2(hopper.attention_hopper(wide, wide, wide), ref) <= 1.25 * rel_l2(_sdpa(wide, wide, wide), ref) + 1e-6
+
+
+@needs_sm90
+def test_dit_shape_error_as_cudnn():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    b, l, n, d = 1, 32760, 12, 128
+    g = torch.Generator(device="cuda").manual_seed(0)
+    qkv = torch.randn(b, l, 3 * n * d, generator=g, device="cuda").to(BF16)
+    q, k = (qkv[..., i * n * d : (i + 1) * n * d].contiguous().unflatten(-1, (n, d)) for i in range(2))
+    v = qkv[..., 2 * n * d :].unflatten(-1, (n, d))  # the strided third, as the DiT hands it
+    ref = torch.empty(q.shape, dtype=torch.float64, device="cuda")
+    for i in range(0, l, 4096):  # [1, 12, 4096, L] fp64 scores at a time
+        ref[:, i : i + 4096] = _f64(q[:, i : i + 4096], k, v)
+    err = rel_l2(hopper.attention_hopper(q, k, v), ref)
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        cudnn_err = rel_l2(_sdpa(q, k, v), ref)
+    assert err <= min(1.05 * cudnn_err, 2.5e-3), f"rel L2 {err:.3e}, cuDNN {cudnn_err:.3e}"
+
+
+@needs_sm90
+def test_dit_forward_matches_cudnn():
+    from wanscope.wan.config import get_preset
+    from wanscope.wan.dit import WanDiT
+
+    torch.manual_seed(0)
+    cfg = get_preset("tiny", dim=256, num_heads=2, fp32_residual=True).dit  # head dim 128
+    model = WanDiT(cfg).init_weights().eval().requires_grad_(False).cuda()
+    g = torch.Generator(device="cuda").manual_seed(1)
+    # grid (3, 15, 26): 1170 tokens, not a multiple of 128; 16 text tokens (one masked K/V block)
+    x = (torch.randn(2, 16, 3, 30, 52, generator=g, device="cuda"), torch.tensor([700.0, 30.0], device="cuda"),
+         torch.randn(2, cfg.text_len, cfg.text_dim, generator=g, device="cuda"))
+    allow_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            ref = model(*x)  # fp32
+            model = model.set_dtype(BF16)
+            model.kernels = "triton"
+            outs = {}
+            for backend in ("sdpa", "hopper"):  # sdpa: cuDNN on an H200
+                model.attention_backend = backend
+                outs[backend] = model(*x)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    err, cudnn_err = rel_l2(outs["hopper"], ref), rel_l2(outs["sdpa"], ref)
+    assert err <= 1.1 * cudnn_err, f"hopper rel L2 {err:.3e} vs fp32, cuDNN {cudnn_err:.3e}"
+    assert rel_l2(outs["hopper"], outs["sdpa"]) <= 1e-2

@@ -7,7 +7,9 @@ bf16 on CUDA. Contenders: diffusers eager, diffusers regional compile
 with ``--whole-model-compile``: ~2 min of warm-up), ours on torch ops (fp32 and bf16 residual
 stream), ours on the fused Triton kernels (``kernels="triton"``, both streams), and ours fused
 with each block compiled (regional compile), and ``ours fast``: ours fused in issue 9's fast
-mode (``wan/precision.py``'s ``FastConfig``, its defaults or ``--fast SPEC``). For each: warm-up
+mode (``wan/precision.py``'s ``FastConfig``, its defaults or ``--fast SPEC``), and the last two
+again with our Gluon attention (``hopper``: ``wanscope.kernels.attention_hopper``, sm_90 only)
+instead of ``--attention``'s backend. For each: warm-up
 forwards (their wall time is the warm-up a user waits for: compilation, autotuning, Triton JIT;
 the Inductor and Triton caches point to a fresh folder unless ``--keep-caches``), then
 ``--repeats`` forwards each timed with CUDA events (median reported), the peak memory over them, the relative L2 error of the output
@@ -74,6 +76,7 @@ from wanscope.wan.weights import official_key  # noqa: E402
 GIB = 2**30
 EXACT = "ours triton fp32-residual (exact)"  # the bf16 path the fast mode is built on
 FAST = "ours fast"
+HOPPER = ", hopper attention"  # the suffix of the contenders on AttentionBackend.HOPPER
 
 
 def diffusers_config(cfg: DiTConfig) -> dict:
@@ -265,12 +268,13 @@ def main(argv=None) -> dict:
     # diffusers' pipeline hands the transformer its inputs in the transformer dtype
     lat_low, ctx_low = latents.to(dtype), context.to(dtype)
 
-    def ours_model(fp32_residual: bool, kernels: str, compile_blocks: bool = False) -> WanDiT:
+    def ours_model(fp32_residual: bool, kernels: str, compile_blocks: bool = False,
+                   attention: str | None = None) -> WanDiT:
         with torch.device("meta"):
             m = WanDiT(replace(cfg, fp32_residual=fp32_residual))
         m.load_state_dict(state, assign=True)
         m = m.set_dtype(dtype).eval().requires_grad_(False)
-        m.attention_backend = args.attention
+        m.attention_backend = attention or args.attention
         m.kernels = kernels
         if compile_blocks:
             for block in m.blocks:
@@ -281,8 +285,8 @@ def main(argv=None) -> dict:
         m = ours_model(*model_args)
         return lambda: m(latents, timestep, context)
 
-    def ours_fast_fn():
-        m = apply_fast_mode(ours_model(True, "triton"), fast_cfg)
+    def ours_fast_fn(attention: str | None = None):
+        m = apply_fast_mode(ours_model(True, "triton", attention=attention), fast_cfg)
         return lambda: m(latents, timestep, context)
 
     def diffusers_fn(mode: str):
@@ -302,7 +306,9 @@ def main(argv=None) -> dict:
         ("ours torch fp32-residual (official)", False, lambda: ours_fn(True, "torch")),
         ("ours torch bf16-residual", False, lambda: ours_fn(False, "torch")),
         (EXACT, False, lambda: ours_fn(True, "triton")),
+        (EXACT + HOPPER, False, lambda: ours_fn(True, "triton", False, "hopper")),
         (FAST, False, ours_fast_fn),
+        (FAST + HOPPER, False, lambda: ours_fast_fn("hopper")),
         ("ours triton bf16-residual", False, lambda: ours_fn(False, "triton")),
         ("ours triton fp32-residual + regional compile", False, lambda: ours_fn(True, "triton", True)),
         ("ours triton bf16-residual + regional compile", False, lambda: ours_fn(False, "triton", True)),
@@ -319,6 +325,8 @@ def main(argv=None) -> dict:
                 fn = factory()
                 row, _ = measure(name, fn, device, args.warmup, args.repeats, ref, flops, peak_tflops)
                 row["diffusers_compile"] = is_compile
+                if name.startswith("ours"):
+                    row["attention_backend"] = "hopper" if name.endswith(HOPPER) else args.attention
                 try:
                     kernels = attention_kernels(fn, device)
                     row["attention_kernels"] = kernels
@@ -343,6 +351,13 @@ def main(argv=None) -> dict:
             r["ratio_vs_best_compile"] = round(r["ms"] / best_compile_ms, 3) if ok and best_compile_ms else None
             r["ratio_vs_floor"] = round(r["ms"] / floor_ms, 3) if ok else None
 
+        # the fast mode on hopper attention: its error over the exact path's on the same attention
+        fast_hopper = next((r for r in rows if r["name"] == FAST + HOPPER and r["ms"] is not None), None)
+        exact_hopper = next((r for r in rows if r["name"] == EXACT + HOPPER and r["ms"] is not None), None)
+        if fast_hopper is not None and exact_hopper is not None:
+            fast_hopper["exact_rel_l2_vs_fp32"] = exact_hopper["rel_l2_vs_fp32"]
+            fast_hopper["error_vs_bf16"] = round(fast_hopper["rel_l2_vs_fp32"] / exact_hopper["rel_l2_vs_fp32"], 2)
+
         fast_row = next((r for r in rows if r["name"] == FAST and r["ms"] is not None), None)
         if fast_row is not None:
             fast_row["fast_config"] = fast_cfg.spec()
@@ -363,7 +378,8 @@ def main(argv=None) -> dict:
         cfg_rows = []
         if exact:
             best = min(exact, key=lambda r: r["ms"])
-            dit = ours_model(True, "triton" if "triton" in best["name"] else "torch")
+            dit = ours_model(True, "triton" if "triton" in best["name"] else "torch",
+                             attention=best.get("attention_backend"))
             cond = context.to(dit.dtype)
             uncond = torch.zeros_like(cond)
             uncond[:, :n_text] = torch.randn(1, n_text, cfg.text_dim, generator=g, device=device).to(dit.dtype)
@@ -415,19 +431,19 @@ def main(argv=None) -> dict:
           f"{preset.name}  latents {list(shape)}  L={tokens}  {result['dtype']}")
     print(f"forward: {flops / 1e12:.1f} TFLOP; matmul {peak_tflops:.0f} TFLOP/s -> floor {floor_ms:.1f} ms; "
           f"best compile {best_compile_ms} ms; diffusers fp32 vs ours fp32 rel L2 {diffusers_fp32_err:.2e}")
-    header = (f"{'contender':46} {'ms':>8} {'x best':>7} {'x floor':>7} {'TFLOP/s':>8} {'rel L2':>9} "
+    header = (f"{'contender':54} {'ms':>8} {'x best':>7} {'x floor':>7} {'TFLOP/s':>8} {'rel L2':>9} "
               f"{'GiB':>6} {'warm s':>7}  attention kernel")
     print(header)
     print("-" * len(header))
     for r in rows + cfg_rows:
         if r.get("median_ms") is None:
-            print(f"{r['name']:46} FAILED: {r.get('error', '')[:100]}")
+            print(f"{r['name']:54} FAILED: {r.get('error', '')[:100]}")
             continue
 
         def fmt(v, spec):
             return "" if v is None else format(v, spec)
 
-        print(f"{r['name'][:46]:46} {r['median_ms']:>8.1f} {fmt(r.get('ratio_vs_best_compile'), '.3f'):>7} "
+        print(f"{r['name'][:54]:54} {r['median_ms']:>8.1f} {fmt(r.get('ratio_vs_best_compile'), '.3f'):>7} "
               f"{fmt(r.get('ratio_vs_floor'), '.3f'):>7} {r['tflops']:>8.1f} {fmt(r['rel_l2_vs_fp32'], '.2e'):>9} "
               f"{fmt(r.get('peak_mem_gib'), '.2f'):>6} {r['warmup_s']:>7.1f}  {(r.get('attention_kernel') or '')[:60]}")
     if fast_row is not None and "error_vs_bf16" in fast_row:

@@ -339,8 +339,8 @@ def test_ranges_with_the_same_times_nest_by_external_id(tmp_path, monkeypatch):
 
 
 def test_duckdb_runs_the_threads_its_memory_limit_is_sized_for(tmp_path):
-    """Two worker threads whatever the core count: at 3 the JSON parse thrashes under the
-    136 MB limit (trace/load.py)."""
+    """Two worker threads whatever the core count: at 3 the JSON parse thrashed under its
+    memory limit (trace/load.py)."""
     from wanscope.trace.load import DUCKDB_THREADS
 
     path = tmp_path / "t.json"

@@ -22,15 +22,21 @@ import duckdb
 from wanscope.errors import InputError, UsageError, check_output, file_kind
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-# DuckDB's buffer limit: past it, table data and intermediates spill to a temporary
+# DuckDB's buffer limits: past them, table data and intermediates spill to a temporary
 # directory, so peak memory stays bounded for traces of any size (measured:
-# benchmarks/RESULTS.md, "analyze").
-DUCKDB_MEMORY_LIMIT = "136MB"
+# benchmarks/RESULTS.md, "analyze"). While traces are parsed: two threads' JSON buffers and
+# one staging statement's rows (trace/kineto.py, ~75 MB) fit under it beside the compressed
+# tables, so the buffer pool seldom evicts. An eviction also purges the allocator's caches
+# (DuckDB's Allocator::FlushAll), after which every buffer is faulted in afresh: at 136 MB the
+# 522 MB benchmark trace cost ~5,000 purges and ~0.5 s more system time.
+INGEST_MEMORY_LIMIT = "200MB"
+# ... once the traces are in (nesting, analyses, queries): the tables are mostly compressed.
+DUCKDB_MEMORY_LIMIT = "100MB"
 # ... and while the nesting of host ranges holds its numpy arrays (trace/link.py).
 NEST_MEMORY_LIMIT = "48MB"
-# DuckDB's worker threads. The limit above holds two threads parsing JSON chunk files (trace/
-# kineto.py) at once; on a machine with more cores DuckDB would start one per core and, at 3,
-# the parse already thrashes under that limit (24 s instead of 4 on the 522 MB benchmark).
+# DuckDB's worker threads. The ingest limit holds two threads parsing JSON chunk files at
+# once; on a machine with more cores DuckDB would start one per core and, at 3, the parse
+# thrashed under its limit (24 s instead of 4 on the 522 MB benchmark, at 136 MB).
 DUCKDB_THREADS = 2
 GZIP_MAGIC = b"\x1f\x8b"
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
@@ -178,7 +184,7 @@ def open_traces(paths, db: str | os.PathLike | None = None) -> duckdb.DuckDBPyCo
         db = Path(db)
         _check_db_target(db, files)
         tmp_db = Path(f"{db}.tmp-{os.getpid()}")
-    config = {"memory_limit": DUCKDB_MEMORY_LIMIT, "threads": DUCKDB_THREADS, "preserve_insertion_order": False}
+    config = {"memory_limit": INGEST_MEMORY_LIMIT, "threads": DUCKDB_THREADS, "preserve_insertion_order": False}
     if tmp_db is None:
         spill = tempfile.mkdtemp(prefix="wanscope-spill-")
         atexit.register(shutil.rmtree, spill, ignore_errors=True)
@@ -209,6 +215,7 @@ def open_traces(paths, db: str | os.PathLike | None = None) -> duckdb.DuckDBPyCo
                 kineto.ingest(con, path, source_id)
         from wanscope.trace.link import finish
 
+        con.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
         finish(con, nest_memory_limit=NEST_MEMORY_LIMIT)
         if tmp_db:
             con.close()

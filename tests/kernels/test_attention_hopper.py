@@ -90,8 +90,10 @@ def test_parse_backend():
 
 @pytest.fixture
 def sm90(monkeypatch):
-    """Pretend cuda:0 runs the kernel (resolve_backend asks unsupported_device)."""
+    """Pretend cuda:0 runs the kernel on a tested Triton (resolve_backend asks unsupported_device
+    and triton_tested)."""
     monkeypatch.setattr(hopper, "unsupported_device", lambda device: None)
+    monkeypatch.setattr(hopper, "triton_tested", lambda: True)
 
 
 def test_auto_picks_hopper_where_it_runs(sm90):
@@ -109,6 +111,25 @@ def test_auto_falls_back_to_sdpa(device, dtype, head_dim):
 
 def test_auto_falls_back_off_hopper(monkeypatch):
     monkeypatch.setattr(hopper, "unsupported_device", lambda device: "needs compute capability 9.0")
+    assert resolve_backend(AttentionBackend.AUTO, torch.device("cuda:0"), BF16, 128) is AttentionBackend.SDPA
+
+
+def test_auto_falls_back_on_an_untested_triton(monkeypatch):
+    """Gluon's API moves between releases: a Triton the kernel never ran on keeps sdpa."""
+    import triton
+
+    monkeypatch.setattr(hopper, "unsupported_device", lambda device: None)
+    monkeypatch.setattr(triton, "__version__", "99.0.0")
+    assert resolve_backend(AttentionBackend.AUTO, torch.device("cuda:0"), BF16, 128) is AttentionBackend.SDPA
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+    assert resolve_backend(AttentionBackend.AUTO, torch.device("cuda:0"), BF16, 128) is AttentionBackend.HOPPER
+
+
+def test_auto_falls_back_without_triton(sm90, monkeypatch):
+    """A CUDA build of torch without Triton: auto is sdpa, not an ImportError."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "wanscope.kernels", None)  # the import of the kernels fails
     assert resolve_backend(AttentionBackend.AUTO, torch.device("cuda:0"), BF16, 128) is AttentionBackend.SDPA
 
 

@@ -54,6 +54,17 @@ import torch
 HEAD_DIMS = (64, 128)
 DTYPES = (torch.bfloat16, torch.float16)
 _CAPABILITY = (9, 0)
+# Triton releases the kernel ran on (GPU tests and benchmarks): ``auto`` picks it only there.
+TESTED_TRITON = ("3.6.",)
+
+
+def triton_tested() -> bool:
+    """Whether the installed Triton is a release in ``TESTED_TRITON`` (False without Triton)."""
+    try:
+        import triton
+    except ImportError:
+        return False
+    return triton.__version__.startswith(TESTED_TRITON)
 
 
 @functools.cache

@@ -68,17 +68,21 @@ def resolve_backend(
     backend: AttentionBackend, device: torch.device, dtype: torch.dtype, head_dim: int
 ) -> AttentionBackend:
     """The backend that runs for ``backend`` on inputs of this device, dtype and head dim:
-    ``auto`` becomes ``hopper`` where that kernel takes them, else ``sdpa``; any other backend
+    ``auto`` becomes ``hopper`` where that kernel takes them and the installed Triton is a
+    release it was tested on (``attention_hopper.TESTED_TRITON``: Gluon's API moves between
+    releases, and a failed JIT must not break the default), else ``sdpa``; any other backend
     is itself. Off CUDA, Triton is not imported; on CUDA the device's capability and Gluon's
     import are looked up once per process."""
     if backend is not AttentionBackend.AUTO:
         return backend
     if device.type != "cuda":
         return AttentionBackend.SDPA
-    # imports triton (through wanscope.kernels): only for auto on CUDA
-    from wanscope.kernels import attention_hopper as hopper
-
-    if dtype in hopper.DTYPES and head_dim in hopper.HEAD_DIMS and hopper.unsupported_device(device) is None:
+    try:  # imports triton (through wanscope.kernels): only for auto on CUDA
+        from wanscope.kernels import attention_hopper as hopper
+    except ImportError:  # a CUDA build of torch without Triton
+        return AttentionBackend.SDPA
+    if (dtype in hopper.DTYPES and head_dim in hopper.HEAD_DIMS and hopper.triton_tested()
+            and hopper.unsupported_device(device) is None):
         return AttentionBackend.HOPPER
     return AttentionBackend.SDPA
 

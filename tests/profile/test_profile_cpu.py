@@ -76,7 +76,7 @@ def test_run_object(default_run):
     assert run["note"] == RANDOM_NOTE and run["random_weights"] is True and run["checkpoint"] is None
     assert (run["preset"], run["width"], run["height"], run["frames"]) == ("tiny", 64, 64, 5)
     assert (run["schedule_steps"], run["warmup_steps"], run["profiled_steps"]) == (4, 1, [1, 2])
-    assert (run["attention"], run["compile"], run["legacy_step_lookup"]) == ("sdpa", False, False)
+    assert (run["attention"], run["compile"], run["legacy_step_lookup"]) == ("auto", False, False)
     assert (run["device"], run["dtype"], run["capture"], run["gpu"]) == ("cpu", "fp32", "torch.profiler", None)
     assert run["versions"]["torch"] == torch.__version__ and run["versions"]["cuda"] is None
     assert run["dit"] == {"dim": 64, "num_layers": 2, "num_heads": 2, "ffn_dim": 128}

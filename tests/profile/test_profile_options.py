@@ -22,7 +22,7 @@ def test_defaults_by_machine():
         "tiny", 64, 64, 5, 4, "cpu", "fp32")
     for o in (gpu, cpu):
         assert (o.warmup, o.profile_steps, o.profiled_steps, o.random_weights) == (1, 3, [1, 2, 3], True)
-        assert (o.attention, o.compile, o.legacy_step_lookup, o.cfg_auto) == ("sdpa", False, False, True)
+        assert (o.attention, o.compile, o.legacy_step_lookup, o.cfg_auto) == ("auto", False, False, True)
     # --cfg auto: 32,760 DiT tokens at 832x480x81 run sequential, tiny's 32 batched
     assert (gpu.cfg, cpu.cfg) == ("sequential", "batched")
 

@@ -45,8 +45,9 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
 @click.option("--profile-steps", type=int, default=defaults.PROFILE_STEPS, show_default=True,
               help="Denoising steps profiled after the warm-up.")
 @click.option("--compile", "compile_", is_flag=True, help="Regional torch.compile of the repeated DiT block.")
-@click.option("--attention", type=click.Choice(defaults.ATTENTION_BACKENDS), default="sdpa", show_default=True,
-              help="Attention backend (sdpa lets PyTorch pick).")
+@click.option("--attention", type=click.Choice(defaults.ATTENTION_BACKENDS), default="auto", show_default=True,
+              help="Attention backend, as for generate: auto runs our Gluon kernel (hopper) on sm_90 GPUs "
+                   "where it runs and sdpa (PyTorch picks) elsewhere.")
 @click.option("--cfg", type=click.Choice(CFG_MODES), default=None,
               help=f"Cond and uncond as two forwards or one B=2 forward. Default: auto, batched up to "
                    f"{CFG_BATCHED_MAX_TOKENS:,} DiT tokens (tiny; 416x240x21), sequential above (832x480x81); "

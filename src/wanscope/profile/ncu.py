@@ -14,26 +14,30 @@ from pathlib import Path
 
 from wanscope.errors import InputError, UsageError
 
-# Kernel names of each SDPA backend (benchmarks/ncu_attention_capture.py; DESIGN.md).
+# Kernel names of each attention backend (benchmarks/ncu_attention_capture.py; DESIGN.md).
 ATTENTION_KERNELS = {
     "flash": "flash_fwd",  # FlashAttention-2 in PyTorch: pytorch_flash::flash_fwd_kernel
     "cudnn": "cudnn_generated_fort_native_sdpa",  # e.g. ..._sdpa_sm90_flash_fprop_*
     "efficient": "fmha_cutlassF",  # memory-efficient attention
+    "hopper": "_attention_hopper_fwd_kernel",  # ours (wanscope.kernels.attention_hopper)
 }
+_SDPA = ("flash", "cudnn", "efficient")
 STEM = "attention"
 
 
 def kernel_regex(backend: str) -> str:
     """The ncu ``--kernel-name regex:`` for ``backend``'s attention kernel; ``sdpa`` lets PyTorch
-    pick, so it matches any of them.
+    pick, so it matches any of SDPA's; ``auto`` (ours or SDPA's, by GPU) any of them all.
 
     Raises:
         UsageError: the math backend (no single attention kernel: a GEMM, a softmax, a GEMM).
     """
     if backend == "math":
         raise UsageError("--ncu attention: the math backend runs no attention kernel "
-                         "(a GEMM, a softmax and a GEMM); pick sdpa, cudnn, flash or efficient")
+                         "(a GEMM, a softmax and a GEMM); pick auto, sdpa, cudnn, flash, efficient or hopper")
     if backend == "sdpa":
+        return "|".join(ATTENTION_KERNELS[b] for b in _SDPA)
+    if backend == "auto":
         return "|".join(ATTENTION_KERNELS.values())
     return ATTENTION_KERNELS[backend]
 

@@ -22,7 +22,7 @@ PROFILE_STEPS = 3
 OUT_DIR = Path("wanscope-profile")
 # Text is padded to the DiT's text length, so the prompt changes no shape and no timing.
 PROMPT = "A red fox trots through fresh snow in a pine forest at dawn, soft golden light"
-ATTENTION_BACKENDS = ("sdpa", "cudnn", "flash", "efficient", "math")
+ATTENTION_BACKENDS = ("auto", "sdpa", "cudnn", "flash", "efficient", "math", "hopper")
 KERNELS = ("torch", "triton")
 
 
@@ -105,7 +105,7 @@ def resolve(
     warmup: int = WARMUP_STEPS,
     profile_steps: int = PROFILE_STEPS,
     compile: bool = False,
-    attention: str = "sdpa",
+    attention: str = "auto",
     cfg: str | None = None,
     legacy_step_lookup: bool = False,
     kernels: str = "torch",

@@ -30,7 +30,9 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # (DuckDB's Allocator::FlushAll), after which every buffer is faulted in afresh: at 136 MB the
 # 522 MB benchmark trace cost ~5,000 purges and ~0.5 s more system time.
 INGEST_MEMORY_LIMIT = "200MB"
-# ... once the traces are in (nesting, analyses, queries): the tables are mostly compressed.
+# ... once the traces are in (nesting, analyses, queries). cpu_ops comes out of the nesting's
+# rewrite uncompressed (123 MB for the 522 MB benchmark trace) and partly spills: compressing it
+# with a checkpoint cost more (+0.23 s) than the spill (benchmarks/RESULTS.md, session 4).
 DUCKDB_MEMORY_LIMIT = "100MB"
 # ... and while the nesting of host ranges holds its numpy arrays (trace/link.py).
 NEST_MEMORY_LIMIT = "48MB"

@@ -102,7 +102,7 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
     """Generate a video from a text prompt (Wan2.1 T2V)."""
     import torch
 
-    from wanscope.wan.attention import parse_backend
+    from wanscope.wan.attention import parse_backend, resolve_backend
     from wanscope.wan.pipeline import Components, generate as run
     from wanscope.wan.video import write_outputs
 
@@ -139,10 +139,11 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
         ctx = setup_from_env(parallel, device.type, dist_timeout, num_heads=cfg.dit.num_heads)
         device = ctx.device
     main = ctx is None or ctx.is_main
+    torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
     parts = Components(
-        config=cfg, device=device, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[dtype],
-        checkpoint=checkpoint, attention_backend=parse_backend(attention),
+        config=cfg, device=device, dtype=torch_dtype, checkpoint=checkpoint, attention_backend=parse_backend(attention),
     )
+    attention_ran = resolve_backend(parse_backend(attention), device, torch_dtype, cfg.dit.head_dim).value
     note = RANDOM_NOTE if random_weights else None
     if note and main:
         click.echo(f"wanscope: {note}", err=True)
@@ -173,6 +174,7 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
         "tokens": dit_tokens(cfg, req.height, req.width, req.frames),
         "steps": req.steps, "guidance": req.guidance, "shift": req.shift, "seed": req.seed,
         "solver": req.solver, "cfg": req.cfg, "cfg_auto": cfg_auto, "attention": attention,
+        "attention_ran": attention_ran,
         "parallel": parallel, "world_size": 1 if ctx is None else ctx.world_size,
         "device": str(device), "dtype": dtype, "torch": torch.__version__,
         "elapsed_s": round(elapsed_s, 3),

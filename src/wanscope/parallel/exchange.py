@@ -95,7 +95,9 @@ class _Call:
 
     def inputs(self, g: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Group ``g``'s q, k, v [B, L, hg, D] once they arrived: views of token-major rows,
-        which cuDNN reads without a copy and answers with an output in the same layout."""
+        which cuDNN reads without a copy and answers with an output in the same layout (the
+        hopper kernel too at B = 1; at B > 1 it copies them, its TMA rows needing each batch's
+        tokens one after another)."""
         for work in self.works[g]:
             work.wait()
         return tuple(self.recv[g][i].transpose(0, 1) for i in range(3))

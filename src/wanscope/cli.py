@@ -89,8 +89,34 @@ def _one_line(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+_TERMINATED: list[int] = []  # the SIGTERM or SIGHUP received, if any
+
+
+def _terminate(signum, _frame):
+    """SIGTERM or SIGHUP: a KeyboardInterrupt where Python next runs, so the cleanup of a Ctrl-C
+    runs too (a ``--db`` file's temporary, chunk and spill files removed; half-written outputs
+    deleted); ``_interrupted`` then names the signal."""
+    _TERMINATED.append(signum)
+    raise KeyboardInterrupt
+
+
+def _interrupted(ctrl_c_line: str):
+    """Exit after an interrupt: 128 + the signal for SIGTERM/SIGHUP, 130 for Ctrl-C."""
+    if _TERMINATED:
+        click.echo(f"wanscope: terminated ({signal.Signals(_TERMINATED[0]).name})", err=True)
+        sys.exit(128 + _TERMINATED[0])
+    click.echo(ctrl_c_line, err=True)
+    sys.exit(130)
+
+
 def main(argv=None) -> None:
-    """Entry point: typed errors become one line on stderr and exit code 2, no traceback."""
+    """Entry point: typed errors become one line on stderr and exit code 2, no traceback.
+    SIGTERM and SIGHUP end a run like Ctrl-C, with exit code 128 + the signal, except under
+    torchrun, whose launcher owns them (it escalates to SIGKILL; ``parallel/watch.py`` ends
+    ranks whose peers died)."""
+    if argv is None and "TORCHELASTIC_RUN_ID" not in os.environ:
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _terminate)
     try:
         # Outside standalone mode click returns ctx.exit()'s code instead of exiting.
         code = cli.main(args=argv, prog_name="wanscope", standalone_mode=False)
@@ -111,17 +137,14 @@ def main(argv=None) -> None:
         e.show()
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
-        click.echo("wanscope: aborted", err=True)
-        sys.exit(130)
+        _interrupted("wanscope: aborted")
     except KeyboardInterrupt:
-        click.echo("wanscope: interrupted", err=True)
-        sys.exit(130)
+        _interrupted("wanscope: interrupted")
     except RuntimeError as e:
         if str(e) != "Query interrupted":
             raise
         # DuckDB's form of Ctrl-C during a query (a plain RuntimeError).
-        click.echo("wanscope: interrupted", err=True)
-        sys.exit(130)
+        _interrupted("wanscope: interrupted")
     except MemoryError:
         click.echo("wanscope: error: out of memory", err=True)
         sys.exit(2)

@@ -400,13 +400,13 @@ def big_trace(tmp_path_factory):
     return path
 
 
-def interrupt_when(proc, ready, deadline=30.0, settle=0.3):
-    """Send SIGINT once ``ready()`` is true (the run is past its start), then wait."""
+def interrupt_when(proc, ready, deadline=30.0, settle=0.3, signum=signal.SIGINT):
+    """Send ``signum`` once ``ready()`` is true (the run is past its start), then wait."""
     t = time.monotonic()
     while not ready() and proc.poll() is None and time.monotonic() - t < deadline:
         time.sleep(0.02)
     time.sleep(settle)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=60)
     return proc.returncode, err
 
@@ -425,3 +425,44 @@ def test_ctrl_c_during_ingest_leaves_no_db(tmp_path, big_trace, settle):
     assert list(tmp_path.iterdir()) in ([], [db])  # no temporary file; the db only if complete
     if db.exists():
         assert run_cli("query", db, "SELECT count(*) FROM kernels", "--format", "csv").returncode == 0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_termination_during_ingest_leaves_no_db(tmp_path, big_trace, signum):
+    """SIGTERM (a service manager, ``timeout``) and SIGHUP (a closed terminal) clean up like
+    Ctrl-C: no temporary database, chunk or spill files; exit 128 + the signal, one line."""
+    db, tmp = tmp_path / "keep.duckdb", tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "wanscope", "analyze", big_trace, "--db", db],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp)})
+    code, err = interrupt_when(proc, lambda: any(tmp.iterdir()), settle=0.2, signum=signum)
+    if code == 0:
+        pytest.skip("the run finished before the signal")
+    assert code == 128 + signum, err
+    assert err.strip().splitlines() == [f"wanscope: terminated ({signal.Signals(signum).name})"], err
+    assert sorted(p.name for p in tmp_path.iterdir()) in (["tmp"], ["keep.duckdb", "tmp"])
+    assert list(tmp.iterdir()) == []  # chunk files and DuckDB's spill folder removed
+
+
+def test_db_refuses_another_programs_duckdb_file(tmp_path, big_trace):
+    other = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(other))
+    con.execute("CREATE TABLE notes AS SELECT 42 AS answer")
+    con.close()
+    before = other.read_bytes()
+    r = run_cli("analyze", big_trace, "--db", other)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        (f"wanscope: error: {other}: is a DuckDB database without wanscope's tables; not replacing it "
+         "(--db keeps the ingested database)")], r.stderr
+    assert other.read_bytes() == before
+
+
+def test_empty_rank_file_in_a_directory_is_an_error(tmp_path):
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    (ranks / "rank-0.json").write_text('{"traceEvents": [' + json.dumps(kernel(10, 5)) + "]}")
+    (ranks / "rank-1.json").write_text("")
+    r = run_cli("analyze", ranks)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"wanscope: error: {ranks / 'rank-1.json'}: empty file"], r.stderr

@@ -82,6 +82,8 @@ def _may_be_trace(path: Path) -> bool:
     if not path.name.endswith((".json", ".json.gz")):
         return True
     try:
+        if not path.stat().st_size:
+            return True  # an empty rank file is an error (ingest says so), not a file passed over
         with (gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")) as f:
             return b'"traceEvents"' in f.read(1 << 20)
     except (OSError, EOFError, zlib.error):
@@ -154,12 +156,23 @@ def _open_database(path: Path) -> duckdb.DuckDBPyConnection:
 
 
 def _check_db_target(db: Path, inputs: list[Path]) -> None:
-    """``--db`` replaces an earlier database, never an input or a file of another kind."""
+    """``--db`` replaces an earlier database of wanscope's, never an input, a file of another
+    kind or another program's DuckDB database."""
     check_output(db, inputs)
     if db.exists() and db.stat().st_size:
         with open(db, "rb") as f:
             if f.read(12)[8:12] != b"DUCK":
                 raise InputError(db, "exists and is not a DuckDB database; not replacing it (--db keeps the ingested database)")
+        try:
+            with duckdb.connect(str(db), read_only=True) as con:
+                ours = con.execute("SELECT count(*) FROM information_schema.tables "
+                                   "WHERE table_schema = 'main' AND table_name = 'sources'").fetchall()[0][0]
+        except duckdb.Error as e:
+            raise InputError(db, f"exists and cannot be opened as a DuckDB database ({str(e).splitlines()[0][:120]}); "
+                                 "not replacing it") from None
+        if not ours:
+            raise InputError(db, "is a DuckDB database without wanscope's tables; not replacing it "
+                                 "(--db keeps the ingested database)")
 
 
 def open_traces(paths, db: str | os.PathLike | None = None) -> duckdb.DuckDBPyConnection:
@@ -221,8 +234,10 @@ def open_traces(paths, db: str | os.PathLike | None = None) -> duckdb.DuckDBPyCo
         finish(con, nest_memory_limit=NEST_MEMORY_LIMIT)
         if tmp_db:
             con.close()
+            # Opened before the rename: a concurrent run replacing the same --db file cannot
+            # hand this run the other's database (the open file survives the rename).
+            con = duckdb.connect(str(tmp_db), read_only=True)
             os.replace(tmp_db, db)
-            con = duckdb.connect(str(db), read_only=True)
     except BaseException:
         if con is not None:
             con.close()

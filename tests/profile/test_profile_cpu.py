@@ -158,3 +158,12 @@ def test_ctrl_c_leaves_no_partial_file(tmp_path):
     assert proc.wait() == 130, rest
     assert rest.splitlines()[-1] == "wanscope: aborted" and "Traceback" not in rest  # click's Abort
     assert [p.name for p in out.iterdir()] == []
+
+
+def test_hopper_on_the_cpu_is_one_line_before_any_run(tmp_path):
+    """``--attention hopper`` needs an sm_90 GPU: refused before the output folder exists."""
+    out = tmp_path / "p"
+    r = wanscope(*TINY, "--attention", "hopper", "--out", str(out))
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "wanscope: error: --attention hopper needs a CUDA device, got cpu; use auto (the default) or sdpa"], r.stderr
+    assert not out.exists()

@@ -117,6 +117,10 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
         check(opts)
     if (nsys or ncu) and not cuda:
         raise UsageError(f"--{'nsys' if nsys else 'ncu'} needs a CUDA GPU; this machine has none")
+    from wanscope.wan.attention import check_backend, parse_backend
+
+    check_backend(parse_backend(opts.attention), torch.device(opts.device),
+                  {"bf16": torch.bfloat16, "fp32": torch.float32}[opts.dtype], cfg_model.dit.head_dim)
     nsys_exe = None
     if nsys:
         from wanscope.profile.nsys import find_nsys

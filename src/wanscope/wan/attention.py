@@ -87,6 +87,29 @@ def resolve_backend(
     return AttentionBackend.SDPA
 
 
+def check_backend(backend: AttentionBackend, device: torch.device, dtype: torch.dtype, head_dim: int) -> None:
+    """Refuse, before any work, a backend named explicitly that cannot run here: ``hopper``
+    off an sm_90 GPU with Gluon, or in a dtype or head dim it does not take (``auto`` never
+    needs this: it falls back).
+
+    Raises:
+        UsageError: the reason, and what to pick instead.
+    """
+    if backend is not AttentionBackend.HOPPER:
+        return
+    try:  # imports triton (through wanscope.kernels), not Gluon
+        from wanscope.kernels import attention_hopper as hopper
+    except ImportError as e:
+        raise UsageError(f"--attention hopper needs Triton ({e}); use auto (the default) or sdpa") from None
+    reason = hopper.unsupported_device(device)
+    if reason is None and dtype not in hopper.DTYPES:
+        reason = f"needs bf16 or fp16, not {str(dtype).removeprefix('torch.')}"
+    if reason is None and head_dim not in hopper.HEAD_DIMS:
+        reason = f"needs a head dim of {' or '.join(map(str, hopper.HEAD_DIMS))}, not {head_dim}"
+    if reason is not None:
+        raise UsageError(f"--attention hopper {reason}; use auto (the default) or sdpa")
+
+
 def attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: AttentionBackend = AttentionBackend.SDPA
 ) -> torch.Tensor:

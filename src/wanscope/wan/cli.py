@@ -102,7 +102,7 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
     """Generate a video from a text prompt (Wan2.1 T2V)."""
     import torch
 
-    from wanscope.wan.attention import parse_backend, resolve_backend
+    from wanscope.wan.attention import check_backend, parse_backend, resolve_backend
     from wanscope.wan.pipeline import Components, generate as run
     from wanscope.wan.video import write_outputs
 
@@ -140,6 +140,7 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
         device = ctx.device
     main = ctx is None or ctx.is_main
     torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+    check_backend(parse_backend(attention), device, torch_dtype, cfg.dit.head_dim)  # before a model loads
     parts = Components(
         config=cfg, device=device, dtype=torch_dtype, checkpoint=checkpoint, attention_backend=parse_backend(attention),
     )

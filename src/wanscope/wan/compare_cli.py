@@ -75,7 +75,7 @@ def compare_modes(checkpoint, prompt_args, prompts_file, preset, negative_prompt
     """PSNR and SSIM of the fast mode's videos against the exact mode's, per prompt and overall."""
     import torch
 
-    from wanscope.wan.attention import parse_backend
+    from wanscope.wan.attention import check_backend, parse_backend
     from wanscope.wan.compare import as_json
     from wanscope.wan.compare import compare_modes as run
     from wanscope.wan.pipeline import Components
@@ -94,8 +94,10 @@ def compare_modes(checkpoint, prompt_args, prompts_file, preset, negative_prompt
                          "pip install triton")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = dtype or ("bf16" if device.type == "cuda" else "fp32")
-    parts = Components(config=cfg, device=device, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[dtype],
-                       checkpoint=checkpoint, attention_backend=parse_backend(attention))
+    torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+    check_backend(parse_backend(attention), device, torch_dtype, cfg.dit.head_dim)
+    parts = Components(config=cfg, device=device, dtype=torch_dtype, checkpoint=checkpoint,
+                       attention_backend=parse_backend(attention))
 
     from tqdm import tqdm
 

@@ -38,7 +38,7 @@ def run_cli(*args):
 def test_per_record_problems_are_counted_and_excluded(tmp_path):
     events = [
         launch(5, 1), kernel(10, 5, 1),                    # valid: 10..15
-        launch(15, 2), kernel(20, 10, 2),                  # valid: 20..30
+        launch(15, 2), kernel(20, 10, 2),                  # 20..30, its name made undecodable below
         kernel(0, 4, 3),                                   # ts = 0: no timing
         kernel(40, 0, 4),                                  # zero duration
         kernel(50, -3, 5),                                 # ends before it starts
@@ -59,10 +59,11 @@ def test_per_record_problems_are_counted_and_excluded(tmp_path):
         "unknown_category": 1, "integer_overflow": 1, "undecodable_bytes": 1,
     }
     (d,) = result["devices"]
-    # The overflowing-correlation kernel has valid times and stays, with no correlation.
-    assert (d["window_ns"], d["busy_ns"], d["kernel_count"]) == (51_000, 16_000, 3)
-    names = {k["name"] for k in d["top_kernels"]}
-    assert "k\ufffd\ufffd" in names
+    # Every counted record is excluded from window and busy (issue 2), the kernel with
+    # undecodable bytes in its name (20..30) and the one whose correlation overflows (60..61)
+    # too: one kernel, 10..15, remains.
+    assert (d["window_ns"], d["busy_ns"], d["kernel_count"]) == (5_000, 5_000, 1)
+    assert [k["name"] for k in d["top_kernels"]] == ["k"]
 
 
 def test_native_and_minified_layouts_agree(tmp_path):

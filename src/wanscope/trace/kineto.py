@@ -39,6 +39,10 @@ import orjson
 from wanscope.errors import InputError
 
 CHUNK_BYTES = 12 << 20  # bytes of events per file DuckDB parses
+# Key added to an event whose bytes were not valid UTF-8 (replaced by U+FFFD before DuckDB
+# parses it), so that one with such bytes in its name is excluded (issue 2: counted by kind,
+# excluded from window and busy).
+UNDECODABLE_KEY = "wanscope_undecodable"
 STAGE_FILES = 8  # files per staging statement, parsed on parallel threads (an even count per core)
 EVENTS_KEY = b'"traceEvents"'
 _EVENTS_KEY_RE = re.compile(rb'"traceEvents"[ \t\r\n]*:')
@@ -90,6 +94,7 @@ _COLUMNS = {
     # DECIMAL(38) (larger values fail the parse and count as no_timing).
     "ts": "DECIMAL(35, 3)", "dur": "DECIMAL(35, 3)", "id": "VARCHAR",
     "args": "STRUCT(" + ", ".join(f'"{k}" {v}' for k, v in _ARGS.items()) + ")",
+    UNDECODABLE_KEY: "BOOLEAN",
 }
 _COLUMNS_SQL = "{" + ", ".join(f"'{k}': '{v}'" for k, v in _COLUMNS.items()) + "}"  # read_json's columns
 
@@ -111,7 +116,7 @@ _WARNINGS = ("no_timing", "zero_duration", "end_before_start", "malformed_event"
 _STAGE_SELECT = f"""
 WITH raw AS (
   SELECT ph, CASE WHEN cat IN ({_LOWER}) THEN cat ELSE lower(cat) END AS cat, name, pid, tid, id,
-         (ts * 1000)::HUGEINT AS s, (dur * 1000)::HUGEINT AS d, args
+         (ts * 1000)::HUGEINT AS s, (dur * 1000)::HUGEINT AS d, args, {UNDECODABLE_KEY}
   FROM read_json(?, format = 'array', columns = {_COLUMNS_SQL}, ignore_errors = true)
 ), typed AS (
   SELECT *,
@@ -125,10 +130,17 @@ WITH raw AS (
          coalesce(ph = 'X' AND name IS NOT NULL AND s > 0 AND s <= {_BIG} AND d <= {_BIG}
                   AND s + d <= {_BIG}, false) AS valid
   FROM raw
+), flagged AS (
+  SELECT *,
+         known AND ((args."External id" IS NOT NULL AND ext IS NULL)
+                    OR (args.correlation IS NOT NULL AND corr IS NULL)
+                    OR (s IS NOT NULL AND (s > {_BIG} OR d > {_BIG} OR s + d > {_BIG}))) AS overflow,
+         coalesce({UNDECODABLE_KEY} AND contains(name, '\ufffd'), false) AS undecodable_name
+  FROM typed
 )
 SELECT
   CASE WHEN cat = 'ac2g' AND ph IN ('s', 'f') THEN 'flow'
-       WHEN NOT valid THEN NULL
+       WHEN NOT valid OR overflow OR undecodable_name THEN NULL
        WHEN gpu THEN CASE WHEN d > 0 AND device IS NOT NULL AND stream IS NOT NULL
                           THEN CASE WHEN cat = 'kernel' THEN 'kernel' ELSE 'memop' END END
        WHEN d < 0 THEN NULL
@@ -147,7 +159,7 @@ SELECT
   CASE WHEN cat IN {_GPU} AND cat <> 'kernel' THEN try_cast(args.bytes AS BIGINT) END AS bytes,
   CASE WHEN cat IN ('cpu_op', 'operator') THEN args."Input Dims"::VARCHAR END AS input_dims,
   args.name AS arg_name,
-  -- warnings (per record, counted and excluded)
+  -- warnings (per record, counted; the record excluded, except undecodable bytes outside its name)
   ph = 'X' AND known AND (s IS NULL OR s <= 0 OR d IS NULL) AS no_timing,
   ph = 'X' AND known AND s > 0 AND d = 0 AND gpu AS zero_duration,
   ph = 'X' AND known AND s > 0 AND d < 0 AS end_before_start,
@@ -155,10 +167,8 @@ SELECT
      OR (ph = 'X' AND gpu AND name IS NOT NULL AND s > 0 AND d > 0 AND s + d <= {_BIG}
          AND (device IS NULL OR stream IS NULL)) AS malformed_event,
   ph = 'X' AND cat IS NOT NULL AND NOT known AND cat NOT IN ({_IGNORED}) AS unknown_category,
-  known AND ((args."External id" IS NOT NULL AND ext IS NULL)
-             OR (args.correlation IS NOT NULL AND corr IS NULL)
-             OR (s IS NOT NULL AND (s > {_BIG} OR d > {_BIG} OR s + d > {_BIG}))) AS integer_overflow
-FROM typed
+  overflow AS integer_overflow
+FROM flagged
 """
 
 
@@ -274,6 +284,9 @@ class _ChunkWriter:
             except UnicodeDecodeError:
                 events = body.split(self.marker)
                 fixed = [e.decode("utf-8", "replace").encode() for e in events]
+                # events[0] is what precedes the first event start (blanks): never flagged
+                flag = b' "%s": true,' % UNDECODABLE_KEY.encode()
+                fixed[1:] = [flag + y if x != y else y for x, y in zip(events[1:], fixed[1:])]
                 self.undecodable += sum(x != y for x, y in zip(events, fixed))
                 body = self.marker.join(fixed)
             view = memoryview(body)
@@ -573,8 +586,12 @@ def _stream_events(f, path: Path, writer: _ChunkWriter, stage, after: dict) -> N
         if chunk:
             stage([chunk])
 
+    flagged = 0  # reader.undecodable as of the last event
     try:
         for event in ijson.items(events, "traceEvents.item"):
+            if reader.undecodable > flagged and isinstance(event, dict):
+                event[UNDECODABLE_KEY] = True  # _checked counted it: its bytes were replaced
+            flagged = reader.undecodable
             try:
                 line = orjson.dumps(event, default=str)
             except orjson.JSONEncodeError:  # integers beyond 64 bits

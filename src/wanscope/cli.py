@@ -32,6 +32,11 @@ COMMANDS = {
 }
 
 
+class _Interrupted(Exception):
+    """A Ctrl-C, SIGTERM or SIGHUP inside a command, carried past click (whose own handling of a
+    KeyboardInterrupt prints a blank line before its Abort) to ``main``'s one line."""
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx):
         return sorted(COMMANDS)
@@ -46,6 +51,8 @@ class LazyGroup(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise _Interrupted from None
         except BrokenPipeError:
             if not _stdout_closed():
                 raise  # another pipe broke (a child process's): an error to see
@@ -136,6 +143,8 @@ def main(argv=None) -> None:
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
+    except _Interrupted:
+        _interrupted("wanscope: interrupted")
     except click.exceptions.Abort:
         _interrupted("wanscope: aborted")
     except KeyboardInterrupt:

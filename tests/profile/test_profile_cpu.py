@@ -156,7 +156,8 @@ def test_ctrl_c_leaves_no_partial_file(tmp_path):
             break
     rest = proc.stderr.read()
     assert proc.wait() == 130, rest
-    assert rest.splitlines()[-1] == "wanscope: aborted" and "Traceback" not in rest  # click's Abort
+    assert rest.splitlines()[-1] == "wanscope: interrupted" and "Traceback" not in rest
+    assert rest.splitlines()[-2:-1] != [""]  # one line, not click's blank line before it
     assert [p.name for p in out.iterdir()] == []
 
 

@@ -277,3 +277,11 @@ def test_dit_forward_matches_cudnn():
     err, cudnn_err = rel_l2(outs["hopper"], ref), rel_l2(outs["sdpa"], ref)
     assert err <= 1.1 * cudnn_err, f"hopper rel L2 {err:.3e} vs fp32, cuDNN {cudnn_err:.3e}"
     assert rel_l2(outs["hopper"], outs["sdpa"]) <= 1e-2
+
+
+def test_cli_choices_are_the_backends_less_triton():
+    """generate, profile and compare-modes offer every backend but ``triton`` (a benchmark
+    contender), from one list kept where no torch is imported."""
+    from wanscope.wan.config import ATTENTION_CHOICES
+
+    assert sorted(ATTENTION_CHOICES) == sorted(b.value for b in AttentionBackend if b is not AttentionBackend.TRITON)

@@ -45,7 +45,7 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
 @click.option("--profile-steps", type=int, default=defaults.PROFILE_STEPS, show_default=True,
               help="Denoising steps profiled after the warm-up.")
 @click.option("--compile", "compile_", is_flag=True, help="Regional torch.compile of the repeated DiT block.")
-@click.option("--attention", type=click.Choice(defaults.ATTENTION_BACKENDS), default="auto", show_default=True,
+@click.option("--attention", type=click.Choice(defaults.ATTENTION_CHOICES), default="auto", show_default=True,
               help="Attention backend, as for generate: auto runs our Gluon kernel (hopper) on sm_90 GPUs "
                    "where it runs and sdpa (PyTorch picks) elsewhere.")
 @click.option("--cfg", type=click.Choice(CFG_MODES), default=None,
@@ -117,10 +117,10 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
         check(opts)
     if (nsys or ncu) and not cuda:
         raise UsageError(f"--{'nsys' if nsys else 'ncu'} needs a CUDA GPU; this machine has none")
+    from wanscope.profile.driver import DTYPES
     from wanscope.wan.attention import check_backend, parse_backend
 
-    check_backend(parse_backend(opts.attention), torch.device(opts.device),
-                  {"bf16": torch.bfloat16, "fp32": torch.float32}[opts.dtype], cfg_model.dit.head_dim)
+    check_backend(parse_backend(opts.attention), torch.device(opts.device), DTYPES[opts.dtype], cfg_model.dit.head_dim)
     nsys_exe = None
     if nsys:
         from wanscope.profile.nsys import find_nsys

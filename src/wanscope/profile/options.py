@@ -13,7 +13,7 @@ from pathlib import Path
 
 from wanscope.errors import UsageError
 from wanscope.wan.cli import parse_size
-from wanscope.wan.config import dit_tokens, get_preset, resolve_cfg
+from wanscope.wan.config import ATTENTION_CHOICES, dit_tokens, get_preset, resolve_cfg
 
 CUDA_PRESET = "wan2.1-t2v-1.3b"
 CPU_PRESET = "tiny"
@@ -22,7 +22,6 @@ PROFILE_STEPS = 3
 OUT_DIR = Path("wanscope-profile")
 # Text is padded to the DiT's text length, so the prompt changes no shape and no timing.
 PROMPT = "A red fox trots through fresh snow in a pine forest at dawn, soft golden light"
-ATTENTION_BACKENDS = ("auto", "sdpa", "cudnn", "flash", "efficient", "math", "hopper")
 KERNELS = ("torch", "triton")
 
 
@@ -141,8 +140,8 @@ def resolve(
             f"--warmup {warmup} + --profile-steps {profile_steps} exceed the {steps}-step schedule; "
             f"raise --steps or lower them"
         )
-    if attention not in ATTENTION_BACKENDS:
-        raise UsageError(f"unknown attention backend {attention!r}; known: {', '.join(ATTENTION_BACKENDS)}")
+    if attention not in ATTENTION_CHOICES:
+        raise UsageError(f"unknown attention backend {attention!r}; known: {', '.join(ATTENTION_CHOICES)}")
     if kernels not in KERNELS:
         raise UsageError(f"unknown kernels {kernels!r}; known: {', '.join(KERNELS)}")
     frames = sampling.frames if frames is None else frames

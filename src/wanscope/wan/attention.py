@@ -75,16 +75,28 @@ def resolve_backend(
     import are looked up once per process."""
     if backend is not AttentionBackend.AUTO:
         return backend
-    if device.type != "cuda":
-        return AttentionBackend.SDPA
-    try:  # imports triton (through wanscope.kernels): only for auto on CUDA
-        from wanscope.kernels import attention_hopper as hopper
-    except ImportError:  # a CUDA build of torch without Triton
-        return AttentionBackend.SDPA
-    if (dtype in hopper.DTYPES and head_dim in hopper.HEAD_DIMS and hopper.triton_tested()
-            and hopper.unsupported_device(device) is None):
-        return AttentionBackend.HOPPER
+    # off CUDA first: the check below imports triton
+    if device.type == "cuda" and _hopper_unsupported(device, dtype, head_dim) is None:
+        from wanscope.kernels.attention_hopper import triton_tested
+
+        if triton_tested():
+            return AttentionBackend.HOPPER
     return AttentionBackend.SDPA
+
+
+def _hopper_unsupported(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
+    """Why our ``hopper`` kernel cannot run inputs of this device, dtype and head dim here
+    (None: it can): no Triton, not an sm_90 GPU with Gluon, another dtype or head dim."""
+    try:  # imports triton (through wanscope.kernels), not Gluon
+        from wanscope.kernels import attention_hopper as hopper
+    except ImportError as e:  # e.g. a CUDA build of torch without Triton
+        return f"needs Triton ({e})"
+    reason = hopper.unsupported_device(device)
+    if reason is None and dtype not in hopper.DTYPES:
+        reason = f"needs bf16 or fp16, not {str(dtype).removeprefix('torch.')}"
+    if reason is None and head_dim not in hopper.HEAD_DIMS:
+        reason = f"needs a head dim of {' or '.join(map(str, hopper.HEAD_DIMS))}, not {head_dim}"
+    return reason
 
 
 def check_backend(backend: AttentionBackend, device: torch.device, dtype: torch.dtype, head_dim: int) -> None:
@@ -97,15 +109,7 @@ def check_backend(backend: AttentionBackend, device: torch.device, dtype: torch.
     """
     if backend is not AttentionBackend.HOPPER:
         return
-    try:  # imports triton (through wanscope.kernels), not Gluon
-        from wanscope.kernels import attention_hopper as hopper
-    except ImportError as e:
-        raise UsageError(f"--attention hopper needs Triton ({e}); use auto (the default) or sdpa") from None
-    reason = hopper.unsupported_device(device)
-    if reason is None and dtype not in hopper.DTYPES:
-        reason = f"needs bf16 or fp16, not {str(dtype).removeprefix('torch.')}"
-    if reason is None and head_dim not in hopper.HEAD_DIMS:
-        reason = f"needs a head dim of {' or '.join(map(str, hopper.HEAD_DIMS))}, not {head_dim}"
+    reason = _hopper_unsupported(device, dtype, head_dim)
     if reason is not None:
         raise UsageError(f"--attention hopper {reason}; use auto (the default) or sdpa")
 

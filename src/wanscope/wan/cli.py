@@ -18,7 +18,7 @@ import click
 
 from wanscope.errors import InputError, UsageError
 from wanscope.parallel.plan import DEFAULT_TIMEOUT_S, PARALLEL_MODES, check_cfg_parallel
-from wanscope.wan.config import CFG_BATCHED_MAX_TOKENS, CFG_MODES, PRESETS, dit_tokens, get_preset
+from wanscope.wan.config import ATTENTION_CHOICES, CFG_BATCHED_MAX_TOKENS, CFG_MODES, PRESETS, dit_tokens, get_preset
 
 RANDOM_NOTE = "RANDOM WEIGHTS (no checkpoint): timing/profiling run, not a real video"
 
@@ -82,7 +82,7 @@ def build_request(cfg, prompt: str, *, negative_prompt=None, size=None, frames=N
               help=f"Run cond and uncond as two forwards or one B=2 forward. Default: auto, batched up to "
                    f"{CFG_BATCHED_MAX_TOKENS:,} DiT tokens (e.g. 416x240x21), sequential above (832x480x81); "
                    f"sequential under --parallel cfg.")
-@click.option("--attention", type=click.Choice(["auto", "sdpa", "cudnn", "flash", "efficient", "math", "hopper"]),
+@click.option("--attention", type=click.Choice(ATTENTION_CHOICES),
               default="auto", show_default=True,
               help="Attention kernel. auto: ours (hopper) on an sm_90 GPU with Triton's Gluon, else sdpa.")
 @click.option("--device", default=None, help="Default: cuda if available, else cpu.")
@@ -140,11 +140,10 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
         device = ctx.device
     main = ctx is None or ctx.is_main
     torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
-    check_backend(parse_backend(attention), device, torch_dtype, cfg.dit.head_dim)  # before a model loads
-    parts = Components(
-        config=cfg, device=device, dtype=torch_dtype, checkpoint=checkpoint, attention_backend=parse_backend(attention),
-    )
-    attention_ran = resolve_backend(parse_backend(attention), device, torch_dtype, cfg.dit.head_dim).value
+    backend = parse_backend(attention)
+    check_backend(backend, device, torch_dtype, cfg.dit.head_dim)  # before a model loads
+    parts = Components(config=cfg, device=device, dtype=torch_dtype, checkpoint=checkpoint, attention_backend=backend)
+    attention_ran = resolve_backend(backend, device, torch_dtype, cfg.dit.head_dim).value
     note = RANDOM_NOTE if random_weights else None
     if note and main:
         click.echo(f"wanscope: {note}", err=True)

@@ -14,7 +14,7 @@ import click
 
 from wanscope.errors import InputError, UsageError
 from wanscope.wan.cli import build_request
-from wanscope.wan.config import PRESETS, get_preset
+from wanscope.wan.config import ATTENTION_CHOICES, PRESETS, get_preset
 
 # Wan2.1's own T2V example prompt (official generate.py, EXAMPLE_PROMPT["t2v-1.3B"])
 DEFAULT_PROMPT = ("Two anthropomorphic cats in comfy boxing gear and bright gloves fight intensely on a "
@@ -63,7 +63,7 @@ def _db(x: float) -> str:
 @click.option("--fast", "fast_spec", default="", metavar="SPEC",
               help="The fast mode's config over its defaults, e.g. 'linears=ffn,qkv exact_blocks=0,-1 pv_fp8=no' "
                    "(keys: linears, int8_attention, pv_fp8, exact_blocks, fast_accum).")
-@click.option("--attention", type=click.Choice(["auto", "sdpa", "cudnn", "flash", "efficient", "math", "hopper"]),
+@click.option("--attention", type=click.Choice(ATTENTION_CHOICES),
               default="auto", show_default=True,
               help="Attention kernel of the exact mode (and of the fast mode's exact parts). auto: ours (hopper) "
                    "on an sm_90 GPU with Triton's Gluon, else sdpa.")
@@ -95,9 +95,9 @@ def compare_modes(checkpoint, prompt_args, prompts_file, preset, negative_prompt
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = dtype or ("bf16" if device.type == "cuda" else "fp32")
     torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
-    check_backend(parse_backend(attention), device, torch_dtype, cfg.dit.head_dim)
-    parts = Components(config=cfg, device=device, dtype=torch_dtype, checkpoint=checkpoint,
-                       attention_backend=parse_backend(attention))
+    backend = parse_backend(attention)
+    check_backend(backend, device, torch_dtype, cfg.dit.head_dim)
+    parts = Components(config=cfg, device=device, dtype=torch_dtype, checkpoint=checkpoint, attention_backend=backend)
 
     from tqdm import tqdm
 

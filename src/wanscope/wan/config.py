@@ -22,6 +22,9 @@ OFFICIAL_NEGATIVE_PROMPT = (
 # Classifier-free guidance runs cond and uncond as two B=1 DiT forwards (sequential) or one B=2
 # forward (batched); auto picks by the DiT's sequence length L (resolve_cfg).
 CFG_MODES = ("auto", "sequential", "batched")
+# The --attention choices of generate, profile and compare-modes: wan/attention.py's backends
+# less ``triton`` (a benchmark contender), here where no torch is imported.
+ATTENTION_CHOICES = ("auto", "sdpa", "cudnn", "flash", "efficient", "math", "hopper")
 # auto: batched up to this many tokens, sequential above. One CFG step of our exact path on an
 # H200 (benchmarks/RESULTS.md, 2026-11-30 run 10, median of 5): at L = 2,340 (416x240x21)
 # batched took 49.4 ms against 93.9 sequential (1.90x faster); at L = 32,760 (832x480x81)

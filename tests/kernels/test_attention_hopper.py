@@ -129,7 +129,8 @@ def test_auto_falls_back_without_triton(sm90, monkeypatch):
     """A CUDA build of torch without Triton: auto is sdpa, not an ImportError."""
     import sys
 
-    monkeypatch.setitem(sys.modules, "wanscope.kernels", None)  # the import of the kernels fails
+    for name in ("wanscope.kernels", "wanscope.kernels.attention_hopper"):  # their import fails
+        monkeypatch.setitem(sys.modules, name, None)
     assert resolve_backend(AttentionBackend.AUTO, torch.device("cuda:0"), BF16, 128) is AttentionBackend.SDPA
 
 

@@ -98,6 +98,18 @@ def unsupported_device(device: torch.device | str) -> str | None:
     return None
 
 
+def unsupported(device: torch.device | str, dtype: torch.dtype, head_dim: int) -> str | None:
+    """Why the kernel cannot run inputs of this device, dtype and head dim (None: it can):
+    ``unsupported_device``'s reason, or a dtype other than bf16/fp16, or a head dim not in
+    ``HEAD_DIMS``."""
+    reason = unsupported_device(device)
+    if reason is None and dtype not in DTYPES:
+        reason = f"needs bf16 or fp16, not {str(dtype).removeprefix('torch.')}"
+    if reason is None and head_dim not in HEAD_DIMS:
+        reason = f"needs a head dim of {' or '.join(map(str, HEAD_DIMS))}, not {head_dim}"
+    return reason
+
+
 @torch.library.custom_op("wanscope::attention_hopper", mutates_args=())
 def _attention_hopper_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     from wanscope.kernels._attention_hopper_gluon import launch

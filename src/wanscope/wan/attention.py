@@ -86,17 +86,12 @@ def resolve_backend(
 
 def _hopper_unsupported(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
     """Why our ``hopper`` kernel cannot run inputs of this device, dtype and head dim here
-    (None: it can): no Triton, not an sm_90 GPU with Gluon, another dtype or head dim."""
+    (None: it can): no Triton, or ``attention_hopper.unsupported``'s reason."""
     try:  # imports triton (through wanscope.kernels), not Gluon
-        from wanscope.kernels import attention_hopper as hopper
+        from wanscope.kernels.attention_hopper import unsupported
     except ImportError as e:  # e.g. a CUDA build of torch without Triton
         return f"needs Triton ({e})"
-    reason = hopper.unsupported_device(device)
-    if reason is None and dtype not in hopper.DTYPES:
-        reason = f"needs bf16 or fp16, not {str(dtype).removeprefix('torch.')}"
-    if reason is None and head_dim not in hopper.HEAD_DIMS:
-        reason = f"needs a head dim of {' or '.join(map(str, hopper.HEAD_DIMS))}, not {head_dim}"
-    return reason
+    return unsupported(device, dtype, head_dim)
 
 
 def check_backend(backend: AttentionBackend, device: torch.device, dtype: torch.dtype, head_dim: int) -> None:

@@ -6,13 +6,15 @@ from pathlib import Path
 
 import pytest
 
+from wanscope.data import DEFAULT_TRACE_NAME, default_trace
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
 
 
-# Fixtures that ship inside the package too (our own H200 captures): byte-identical copies,
+# Fixtures that ship inside the package too (our own H200 capture): a byte-identical copy,
 # used where ../shared is absent so that a fresh clone still runs their tests.
-PACKAGED = {"kineto/h200_diffusers_wan21_1p3b_eager_forward.json.gz": "h200_diffusers_wan21_1p3b_eager_forward.json.gz"}
+PACKAGED = {f"kineto/{DEFAULT_TRACE_NAME}": default_trace}
 
 
 def shared_fixture(relative: str) -> Path:
@@ -20,9 +22,7 @@ def shared_fixture(relative: str) -> Path:
     with a reason when it is absent (a user's fresh clone has no ../shared)."""
     path = SHARED_FIXTURES / relative
     if not path.exists() and relative in PACKAGED:
-        from importlib import resources
-
-        path = Path(str(resources.files("wanscope.data").joinpath(PACKAGED[relative])))
+        path = PACKAGED[relative]()
     if not path.exists():
         pytest.skip(f"real fixture {relative} not present (../shared/fixtures is absent in a fresh clone)")
     return path

@@ -221,6 +221,41 @@ def test_matches_float64(shape, dtype):
     assert err <= 1.25 * lowp_err + 1e-6, f"{shape} {dtype}: rel L2 {err:.3e}, torch SDPA {lowp_err:.3e}"
 
 
+@pytest.fixture
+def fixed_shift_everywhere(monkeypatch):
+    """The fixed-shift softmax at every key length (the kernel takes it from 2048 keys on)."""
+    from wanscope.kernels import _attention_hopper_gluon as gluon_kernel
+
+    monkeypatch.setattr(gluon_kernel, "FIXED_MIN_KEYS", 1)
+
+
+@needs_sm90
+@pytest.mark.usefixtures("fixed_shift_everywhere")
+@pytest.mark.parametrize("scale", [1.0, 2.5, 8.0], ids=lambda s: f"x{s}")
+@pytest.mark.parametrize("shape", SHAPES + [(1, 300, 2100, 2, 128)], ids=str)
+def test_fixed_shift_matches_float64(shape, scale):
+    """q and k scaled by 2.5 make the softmax peaked (each row led by few keys), by 8 so peaked
+    that the bound exceeds block 0's max by more than 128 and the rows take the online softmax.
+    Measured on an H200 (2026-11-30): 1.00-1.06x SDPA's error; one key (Lk = 1) exact."""
+    q, k, v = _dit_layout(*shape, BF16)
+    q, k = (q.float() * scale).to(BF16), (k.float() * scale).to(BF16)
+    ref = _f64(q, k, v)
+    out = hopper.attention_hopper(q, k, v)
+    err, lowp_err = rel_l2(out, ref), rel_l2(_sdpa(q, k, v), ref)
+    assert err <= 1.1 * lowp_err + 1e-6, f"{shape} x{scale}: rel L2 {err:.3e}, torch SDPA {lowp_err:.3e}"
+
+
+@needs_sm90
+def test_key_norm_max():
+    from wanscope.kernels._attention_hopper_gluon import key_norm_max
+
+    k = _dit_layout(2, 5, 300, 3, 128, BF16)[1]  # a strided half of a [B, L, 2 N D] projection
+    k[1, 123, 2] = 20.0  # one long key, in batch 1, head 2
+    want = k.float().norm(dim=-1).amax(dim=1)  # [B, N]
+    assert torch.allclose(key_norm_max(k), want, rtol=1e-5)
+    assert key_norm_max(k)[1, 2].item() == pytest.approx(20.0 * 128**0.5, rel=1e-5)
+
+
 @needs_sm90
 def test_other_layouts_are_copied():
     # head-major [B, N, L, D] views (SDPA's layout) and a non-16-byte-aligned row stride

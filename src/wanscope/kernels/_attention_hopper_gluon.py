@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 
 import torch
+import triton
+import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -27,6 +29,8 @@ BLOCK_N = 128
 STAGES = 3
 CONSUMER_REGS = 240
 LOADER_REGS = 24
+FIXED_MIN_KEYS = 2048
+KEY_ROWS = 64  # key tokens per program of the key-norm pass
 _LOG2E = 1.4426950408889634
 
 
@@ -99,10 +103,97 @@ def _step(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o,
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-              o_ptr, o_row_stride, q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale,
-              BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, TAIL: gl.constexpr,
-              FP16: gl.constexpr):
+def _step_fixed(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, l, p_op, m, Lk, qk_scale, ones,
+                BN: gl.constexpr, STAGES: gl.constexpr, MASK: gl.constexpr, s_layout: gl.constexpr,
+                p_layout: gl.constexpr):
+    # _step with the row shift m fixed for the whole row: no running max and no rescale, so o stays
+    # in the wgmma accumulator chain; bf16 P only (p may exceed fp16's range). The row sums come
+    # from the tensor cores too: l [BM, 8] += P 1 (a wgmma of P with a ones tile), so l sums the
+    # very bf16 P that P V sums (an fp32 sum of p would not match it: cuDNN-like error then needs
+    # the row max's p = 1 exactly, which a fixed shift does not give)
+    stage = j % STAGES
+    phase = (j // STAGES) & 1
+    prev = (j - 1) % STAGES
+    prev_phase = ((j - 1) // STAGES) & 1
+    mbarrier.wait(k_ready.index(stage), phase)
+    s_tok = warpgroup_mma(q_i, k_smem.index(stage).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    mbarrier.wait(v_ready.index(prev), prev_phase)
+    o_tok = warpgroup_mma(p_op, v_smem.index(prev), o, is_async=True)
+    l_tok = warpgroup_mma(p_op, ones, l, is_async=True)
+    s = warpgroup_mma_wait(2, deps=(s_tok,))
+    mbarrier.arrive(k_empty.index(stage))
+    if MASK:
+        s = _masked(s, j, Lk, BN, s_layout)
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m, 1))
+    o, l = warpgroup_mma_wait(0, deps=(o_tok, l_tok))
+    mbarrier.arrive(v_empty.index(prev))
+    p_op = gl.convert_layout(_round_p(p, False), p_layout)
+    return o, l, p_op
+
+
+@gluon.jit
+def _row_norms(q_i, BM: gl.constexpr, D: gl.constexpr, s_layout: gl.constexpr):
+    # the L2 norm of each of the BM query rows in shared memory, in the layout of S's rows
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+    q = q_i.load(layout).to(gl.float32)
+    return gl.convert_layout(gl.sqrt(gl.sum(q * q, axis=1)), gl.SliceLayout(1, s_layout))
+
+
+@gluon.jit
+def _last_pv(o, p_op, v_smem, v_ready, v_empty, n_kv, STAGES: gl.constexpr):
+    last = n_kv - 1
+    stage = last % STAGES
+    mbarrier.wait(v_ready.index(stage), (last // STAGES) & 1)
+    o_tok = warpgroup_mma(p_op, v_smem.index(stage), o, is_async=True)
+    o = warpgroup_mma_wait(0, deps=(o_tok,))
+    mbarrier.arrive(v_empty.index(stage))
+    return o
+
+
+@gluon.jit
+def _online_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s, m, Lk, n_kv, qk_scale,
+                 BN: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
+                 s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
+    # blocks 1.. with the online softmax, from block 0's scores s and row max m: (o, l)
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m, 1))
+    l = gl.sum(p, axis=1)
+    p_op = gl.convert_layout(_round_p(p, FP16), p_layout)
+    for j in range(1, n_kv - 1):
+        o, p_op, m, l = _step(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, p_op, m, l, Lk,
+                              qk_scale, BN, STAGES, False, FP16, s_layout, o_layout, p_layout)
+    if n_kv > 1:  # the last block, peeled: its column mask stays out of the loop (a branch inside
+        # the wgmma window makes ptxas serialize the two GEMMs)
+        o, p_op, m, l = _step(n_kv - 1, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, p_op, m,
+                              l, Lk, qk_scale, BN, STAGES, True, FP16, s_layout, o_layout, p_layout)
+    return _last_pv(o, p_op, v_smem, v_ready, v_empty, n_kv, STAGES), l
+
+
+@gluon.jit
+def _fixed_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s, m, Lk, n_kv, qk_scale, ones,
+                BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
+                p_layout: gl.constexpr):
+    # _online_loop with the row shift m fixed (bf16 only): (o, l)
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m, 1))
+    p_op = gl.convert_layout(_round_p(p, False), p_layout)
+    l = gl.zeros([BM, 8], gl.float32, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                                 instr_shape=[16, 8, 16]))
+    for j in range(1, n_kv - 1):
+        o, l, p_op = _step_fixed(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, l, p_op, m,
+                                 Lk, qk_scale, ones, BN, STAGES, False, s_layout, p_layout)
+    if n_kv > 1:
+        o, l, p_op = _step_fixed(n_kv - 1, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, l, p_op,
+                                 m, Lk, qk_scale, ones, BN, STAGES, True, s_layout, p_layout)
+    l_tok = warpgroup_mma(p_op, ones, l, is_async=True)
+    l = warpgroup_mma_wait(0, deps=(l_tok,))
+    l = gl.convert_layout(gl.max(l, axis=1), gl.SliceLayout(1, s_layout))  # its 8 columns are equal
+    return _last_pv(o, p_op, v_smem, v_ready, v_empty, n_kv, STAGES), l
+
+
+@gluon.jit
+def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+              o_ptr, o_row_stride, q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, k_norm_max,
+              BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+              FP16: gl.constexpr, STATIC: gl.constexpr):
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
@@ -116,29 +207,26 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
     s_tok = warpgroup_mma(q_i, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=(s_tok,))
     mbarrier.arrive(k_empty.index(0))
-    if TAIL:  # noqa: SIM102 (the constexpr test alone prunes the branch at compile time)
-        if n_kv == 1:
-            s = _masked(s, 0, Lk, BN, s_layout)
+    if n_kv == 1:
+        s = _masked(s, 0, Lk, BN, s_layout)
     m = gl.max(s, axis=1) * qk_scale
-    p = gl.exp2(s * qk_scale - gl.expand_dims(m, 1))
-    l = gl.sum(p, axis=1)
-    p_op = gl.convert_layout(_round_p(p, FP16), p_layout)
-
-    for j in range(1, n_kv - 1):
-        o, p_op, m, l = _step(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, p_op, m, l, Lk,
-                              qk_scale, BN, STAGES, False, FP16, s_layout, o_layout, p_layout)
-    if n_kv > 1:  # the last block, peeled: its column mask stays out of the loop (a branch inside
-        # the wgmma window makes ptxas serialize the two GEMMs)
-        o, p_op, m, l = _step(n_kv - 1, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, p_op, m,
-                              l, Lk, qk_scale, BN, STAGES, TAIL, FP16, s_layout, o_layout, p_layout)
-
-    # the last P V
-    last = n_kv - 1
-    stage = last % STAGES
-    mbarrier.wait(v_ready.index(stage), (last // STAGES) & 1)
-    o_tok = warpgroup_mma(p_op, v_smem.index(stage), o, is_async=True)
-    o = warpgroup_mma_wait(0, deps=(o_tok,))
-    mbarrier.arrive(v_empty.index(stage))
+    if STATIC:
+        # Fixed shift: c |q_i| max_j |k_j| bounds every score of row i from above (Cauchy-Schwarz),
+        # block 0's max m bounds the row's max from below. Where the two are within 128 (log2
+        # units) for every row, shift = max(m, bound - 64) lies within [max - 64, max + 64], so
+        # every p <= 2^64 (no overflow in fp32 or bf16) and the largest p >= 2^-64 (terms lost to
+        # underflow weigh < 2^-62 of it): the softmax needs no running max and o no rescale.
+        bound = qk_scale * _row_norms(q_i, BM, D, s_layout) * k_norm_max
+        if gl.min((bound - m <= 128.0).to(gl.int32), axis=0) == 1:
+            o, l = _fixed_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s,
+                               gl.maximum(m, bound - 64.0), Lk, n_kv, qk_scale, ones_smem.permute((1, 0)), BM, BN,
+                               STAGES, s_layout, p_layout)
+        else:
+            o, l = _online_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s, m, Lk, n_kv,
+                                qk_scale, BN, STAGES, FP16, s_layout, o_layout, p_layout)
+    else:
+        o, l = _online_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s, m, Lk, n_kv,
+                            qk_scale, BN, STAGES, FP16, s_layout, o_layout, p_layout)
 
     o = o / gl.expand_dims(gl.convert_layout(l, gl.SliceLayout(1, o_layout)), 1)
     rows = gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
@@ -148,26 +236,29 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
 
 
 @gluon.jit
-def _consumer0(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, BM: gl.constexpr, BN: gl.constexpr,
-               D: gl.constexpr, STAGES: gl.constexpr, TAIL: gl.constexpr, FP16: gl.constexpr):
-    _consumer(0, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, BM, BN, D, STAGES, TAIL, FP16)
+def _consumer0(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, k_norm_max, BM: gl.constexpr, BN: gl.constexpr,
+               D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr, STATIC: gl.constexpr):
+    _consumer(0, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, k_norm_max, BM, BN, D, STAGES, FP16, STATIC)
 
 
 @gluon.jit
-def _consumer1(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, BM: gl.constexpr, BN: gl.constexpr,
-               D: gl.constexpr, STAGES: gl.constexpr, TAIL: gl.constexpr, FP16: gl.constexpr):
-    _consumer(1, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-              q_row_in_batch + BM, o_row0 + BM, col, Lq, Lk, n_kv, qk_scale, BM, BN, D, STAGES, TAIL, FP16)
+def _consumer1(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, k_norm_max, BM: gl.constexpr, BN: gl.constexpr,
+               D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr, STATIC: gl.constexpr):
+    _consumer(1, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+              q_row_in_batch + BM, o_row0 + BM, col, Lq, Lk, n_kv, qk_scale, k_norm_max, BM, BN, D, STAGES, FP16,
+              STATIC)
 
 
-@gluon.jit
+# Lk and use_fixed unspecialized: self- and cross-attention (Lk 32760 and 512, one of them a multiple
+# of 16) share one compiled kernel, halving the JIT a first forward waits for
+@gluon.jit(do_not_specialize=["Lk", "use_fixed"])
 def _attention_hopper_fwd_kernel(
-    q_desc, k_desc, v_desc, o_ptr, o_row_stride, Lq, Lk, N, qk_scale,
-    BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, TAIL: gl.constexpr,
-    FP16: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+    q_desc, k_desc, v_desc, o_ptr, o_row_stride, Lq, Lk, N, qk_scale, k_norm_max_ptr, use_fixed,
+    BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
+    STATIC: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
 ):
     # one CTA: 2 * BM query rows of one (batch, head)
     pid_m = gl.program_id(0)
@@ -179,10 +270,17 @@ def _attention_hopper_fwd_kernel(
     kv_row0 = b * Lk
     col = h * D
     n_kv = gl.cdiv(Lk, BN)
+    k_norm_max = 0.0
+    if STATIC:  # +inf (no fixed shift) where use_fixed is 0
+        k_norm_max = gl.load(k_norm_max_ptr + bh, mask=use_fixed != 0, other=float("inf"))
 
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BM, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BN, D], v_desc.layout)
+    ones_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    ones_smem = gl.allocate_shared_memory(gl.bfloat16, [8, BN], ones_layout)
+    if STATIC:
+        ones_smem.store(gl.full([8, BN], 1.0, gl.bfloat16, gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])))
     q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -198,10 +296,12 @@ def _attention_hopper_fwd_kernel(
     fence_async_shared()
 
     gl.warp_specialize([
-        (_consumer0, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, BM, BN, D, STAGES, TAIL, FP16)),
-        (_consumer1, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, BM, BN, D, STAGES, TAIL, FP16)),
+        (_consumer0, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, k_norm_max, BM, BN, D, STAGES, FP16,
+                      STATIC)),
+        (_consumer1, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, k_norm_max, BM, BN, D, STAGES, FP16,
+                      STATIC)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
                    q_row, kv_row0, col, n_kv, BM, BN, STAGES)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
@@ -233,6 +333,28 @@ def _descriptor(x: torch.Tensor, block_rows: int) -> TensorDescriptor:
 _GL_DTYPE = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
+@triton.jit
+def _key_norm_max_kernel(k_ptr, out_ptr, Lk, N, row_stride, D: tl.constexpr, ROWS: tl.constexpr):
+    # out[b * N + h] = max over the tokens t of one ROWS-token chunk of |k[b, t, h, :]|, folded
+    # into out by atomic max (norms are >= 0, out starts at 0)
+    bh = tl.program_id(1)
+    b = bh // N
+    h = bh % N
+    t = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    ptrs = k_ptr + (b * Lk + t).to(tl.int64)[:, None] * row_stride + h * D + tl.arange(0, D)[None, :]
+    x = tl.load(ptrs, mask=(t < Lk)[:, None], other=0.0).to(tl.float32)
+    tl.atomic_max(out_ptr + bh, tl.sqrt(tl.max(tl.sum(x * x, axis=1), axis=0)))
+
+
+def key_norm_max(k: torch.Tensor) -> torch.Tensor:
+    """max over tokens of |k[b, t, h, :]| (L2 over the head dim): k [B, Lk, N, D] -> [B, N] fp32."""
+    b, lk, n, d = k.shape
+    rows, row = _token_rows(k)
+    out = torch.zeros((b, n), dtype=torch.float32, device=k.device)
+    _key_norm_max_kernel[(triton.cdiv(lk, KEY_ROWS), b * n)](rows, out, lk, n, row, D=d, ROWS=KEY_ROWS, num_warps=4)
+    return out
+
+
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Run the kernel on checked inputs (``attention_hopper``'s): [B, Lq, N, D] contiguous."""
     b, lq, n, d = q.shape
@@ -240,10 +362,13 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     out = torch.empty((b, lq, n, d), dtype=q.dtype, device=q.device)
     if out.numel() == 0:
         return out
+    fp16 = q.dtype == torch.float16
+    use_fixed = not fp16 and lk >= FIXED_MIN_KEYS
+    k_norms = key_norm_max(k) if use_fixed else torch.empty(1, dtype=torch.float32, device=q.device)
     grid = (-(-lq // (2 * BLOCK_M)), b * n)
     _attention_hopper_fwd_kernel[grid](
         _descriptor(q, BLOCK_M), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N), out, n * d, lq, lk, n,
-        _LOG2E / math.sqrt(d),
-        BM=BLOCK_M, BN=BLOCK_N, D=d, STAGES=STAGES, TAIL=lk % BLOCK_N != 0, FP16=q.dtype == torch.float16,
+        _LOG2E / math.sqrt(d), k_norms, int(use_fixed),
+        BM=BLOCK_M, BN=BLOCK_N, D=d, STAGES=STAGES, FP16=fp16, STATIC=not fp16,
         CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS, num_warps=4)
     return out

@@ -94,3 +94,21 @@ def test_bf16_keeps_fp32_islands(diffusers_dit_dir, dit_inputs):
         assert out.dtype == torch.float32
         # bf16 rounding of weights and activations: percent-level, not garbage
         assert rel_max_err(out, ref(*dit_inputs)) < 0.05
+
+
+def test_resolve_kernels(monkeypatch):
+    """auto: the fused Triton kernels on CUDA where Triton is installed, the torch ops elsewhere;
+    named kernels pass through."""
+    import importlib.util
+
+    from wanscope.wan.config import KERNEL_CHOICES
+    from wanscope.wan.dit import Kernels, resolve_kernels
+
+    assert sorted(KERNEL_CHOICES) == sorted(["auto", *(k.value for k in Kernels)])
+    assert resolve_kernels("auto", "cpu") is Kernels.TORCH
+    assert resolve_kernels("triton", "cpu") == "triton" and resolve_kernels("torch", "cuda") == "torch"
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "triton" else found(name))
+    assert resolve_kernels("auto", "cuda:0") is Kernels.TRITON
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "triton" else found(name))
+    assert resolve_kernels("auto", "cuda") is Kernels.TORCH

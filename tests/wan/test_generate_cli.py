@@ -41,6 +41,7 @@ def test_generate_random_weights_writes_decodable_mp4(tmp_path):
     # 2 x 4 x 4 = 32 DiT tokens: --cfg auto batches cond and uncond
     assert (info["tokens"], info["cfg"], info["cfg_auto"]) == (32, "batched", True)
     assert (info["attention"], info["attention_ran"]) == ("auto", "sdpa")  # auto off CUDA: PyTorch's SDPA
+    assert (info["kernels"], info["kernels_ran"]) == ("auto", "torch" if not torch.cuda.is_available() else "triton")
     if not torch.cuda.is_available():
         assert info["peak_memory_bytes"] == {"text_encoding": None, "denoising": None, "vae_decode": None}
     with Image.open(out.with_suffix(".png")) as sheet:

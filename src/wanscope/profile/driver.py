@@ -73,7 +73,7 @@ def components(opts: ProfileOptions, device: torch.device | None = None) -> Comp
     """The engine's parts on ``device`` (default: ``opts.device``; a rank's ``cuda:LOCAL_RANK``)."""
     return Components(
         config=get_preset(opts.preset), device=device or torch.device(opts.device), dtype=DTYPES[opts.dtype],
-        checkpoint=opts.checkpoint, attention_backend=parse_backend(opts.attention),
+        checkpoint=opts.checkpoint, attention_backend=parse_backend(opts.attention), kernels=opts.kernels,
     )
 
 
@@ -141,7 +141,6 @@ def run(opts: ProfileOptions, window, console: Console | None = None, decode: bo
 
     with _stage("denoising", m, device, console):
         dit = parts.dit()
-        dit.kernels = opts.kernels
         if parallel is not None:
             shard_dit(parallel, dit)
         d = dit.cfg

@@ -18,7 +18,9 @@ import click
 
 from wanscope.errors import InputError, UsageError
 from wanscope.parallel.plan import DEFAULT_TIMEOUT_S, PARALLEL_MODES, check_cfg_parallel
-from wanscope.wan.config import ATTENTION_CHOICES, CFG_BATCHED_MAX_TOKENS, CFG_MODES, PRESETS, dit_tokens, get_preset
+from wanscope.wan.config import (
+    ATTENTION_CHOICES, CFG_BATCHED_MAX_TOKENS, CFG_MODES, KERNEL_CHOICES, PRESETS, dit_tokens, get_preset,
+)
 
 RANDOM_NOTE = "RANDOM WEIGHTS (no checkpoint): timing/profiling run, not a real video"
 
@@ -85,6 +87,8 @@ def build_request(cfg, prompt: str, *, negative_prompt=None, size=None, frames=N
 @click.option("--attention", type=click.Choice(ATTENTION_CHOICES),
               default="auto", show_default=True,
               help="Attention kernel. auto: ours (hopper) on an sm_90 GPU with Triton's Gluon, else sdpa.")
+@click.option("--kernels", type=click.Choice(KERNEL_CHOICES), default="auto", show_default=True,
+              help="DiT ops. auto: the fused Triton kernels on CUDA, the torch reference ops elsewhere.")
 @click.option("--device", default=None, help="Default: cuda if available, else cpu.")
 @click.option("--dtype", type=click.Choice(["bf16", "fp32"]), default=None, help="Default: bf16 on CUDA, fp32 on CPU.")
 @click.option("--legacy-step-lookup", is_flag=True, help="Find the step index with a device .item() (syncs once per step).")
@@ -97,12 +101,13 @@ def build_request(cfg, prompt: str, *, negative_prompt=None, size=None, frames=N
 @click.option("--dist-timeout", type=click.FloatRange(min=1), default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds any rank may wait for the others (rendezvous, each collective) before failing.")
 def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, frames, steps, guidance, shift,
-             seed, solver, cfg_mode, attention, device, dtype, legacy_step_lookup, out, save_latents, parallel,
+             seed, solver, cfg_mode, attention, kernels, device, dtype, legacy_step_lookup, out, save_latents, parallel,
              dist_timeout):
     """Generate a video from a text prompt (Wan2.1 T2V)."""
     import torch
 
     from wanscope.wan.attention import check_backend, parse_backend, resolve_backend
+    from wanscope.wan.dit import Kernels, resolve_kernels
     from wanscope.wan.pipeline import Components, generate as run
     from wanscope.wan.video import write_outputs
 
@@ -142,7 +147,8 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
     torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
     backend = parse_backend(attention)
     check_backend(backend, device, torch_dtype, cfg.dit.head_dim)  # before a model loads
-    parts = Components(config=cfg, device=device, dtype=torch_dtype, checkpoint=checkpoint, attention_backend=backend)
+    parts = Components(config=cfg, device=device, dtype=torch_dtype, checkpoint=checkpoint, attention_backend=backend,
+                       kernels=kernels)
     attention_ran = resolve_backend(backend, device, torch_dtype, cfg.dit.head_dim).value
     note = RANDOM_NOTE if random_weights else None
     if note and main:
@@ -174,7 +180,7 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
         "tokens": dit_tokens(cfg, req.height, req.width, req.frames),
         "steps": req.steps, "guidance": req.guidance, "shift": req.shift, "seed": req.seed,
         "solver": req.solver, "cfg": req.cfg, "cfg_auto": cfg_auto, "attention": attention,
-        "attention_ran": attention_ran,
+        "attention_ran": attention_ran, "kernels": kernels, "kernels_ran": Kernels(resolve_kernels(kernels, device)).value,
         "parallel": parallel, "world_size": 1 if ctx is None else ctx.world_size,
         "device": str(device), "dtype": dtype, "torch": torch.__version__,
         "elapsed_s": round(elapsed_s, 3),

@@ -32,6 +32,8 @@ ATTENTION_CHOICES = ("auto", "sdpa", "cudnn", "flash", "efficient", "math", "hop
 # Nothing between the two sizes is measured: 8,192 is a round number near their geometric
 # mean (8,755), not a measured crossover.
 CFG_BATCHED_MAX_TOKENS = 8192
+# --kernels of generate: the DiT ops (``wan.dit.Kernels``) and auto (``wan.dit.resolve_kernels``)
+KERNEL_CHOICES = ("auto", "torch", "triton")
 
 
 @dataclass(frozen=True)

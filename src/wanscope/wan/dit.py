@@ -50,6 +50,19 @@ class Kernels(str, Enum):
     TRITON = "triton"
 
 
+def resolve_kernels(kernels: Kernels | str, device: torch.device | str) -> Kernels | str:
+    """``kernels`` with ``auto`` resolved: the fused Triton kernels on a CUDA device where Triton
+    is installed (the faster exact path: 507.8 vs 673.9 ms per 1.3B 480p forward on an H200, same
+    error; benchmarks/RESULTS.md, run 2), the torch ops elsewhere (on the CPU the fused ops would
+    run their torch references). Other names pass through (``WanDiT.kernels`` checks them)."""
+    if kernels != "auto":
+        return kernels
+    import importlib.util
+
+    cuda = torch.device(device).type == "cuda"
+    return Kernels.TRITON if cuda and importlib.util.find_spec("triton") is not None else Kernels.TORCH
+
+
 # Parameters kept in fp32 whatever the model dtype (see the module docstring).
 _FP32_PARTS = ("time_embedding.", "time_projection.", "modulation", "norm", "head.head.")
 

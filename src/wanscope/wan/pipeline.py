@@ -29,7 +29,7 @@ from wanscope.parallel.ulysses import shard_dit
 from wanscope.wan import ranges
 from wanscope.wan.attention import AttentionBackend
 from wanscope.wan.config import CFG_MODES, WanConfig, dit_tokens, resolve_cfg
-from wanscope.wan.dit import WanDiT
+from wanscope.wan.dit import WanDiT, resolve_kernels
 from wanscope.wan.sampler import SOLVERS, FlowSampler, flow_schedule
 
 # per-step hook: (step index, latents after the step) -> None
@@ -92,7 +92,9 @@ class Request:
 class Components:
     """Loaders of the three models (each called once, just before its stage).
 
-    ``checkpoint`` is None for random weights, in which case every output says so.
+    ``checkpoint`` is None for random weights, in which case every output says so. ``kernels``:
+    the DiT's ops, ``auto`` (fused Triton kernels on CUDA, see ``dit.resolve_kernels``), ``torch``
+    or ``triton``.
     """
 
     config: WanConfig
@@ -100,6 +102,7 @@ class Components:
     dtype: torch.dtype
     checkpoint: Path | None = None
     attention_backend: AttentionBackend = AttentionBackend.AUTO
+    kernels: str = "auto"
     dit_overrides: dict = field(default_factory=dict)
 
     @property
@@ -131,6 +134,7 @@ class Components:
         else:
             model = load_dit(self._layout().dit, self.dtype, self.device, **self.dit_overrides)
         model.attention_backend = self.attention_backend
+        model.kernels = resolve_kernels(self.kernels, self.device)
         return model
 
     def vae(self):

@@ -74,19 +74,24 @@ def _masked(s, j, Lk, BN: gl.constexpr, s_layout: gl.constexpr):
 
 
 @gluon.jit
+def _issue(j, q_i, k_smem, v_smem, k_ready, v_ready, zero_s, o, p_op, STAGES: gl.constexpr):
+    # S_j = Q K_j^T is issued before P_{j-1} V_{j-1} and waited for alone, so the softmax of
+    # block j can overlap the P V of block j - 1 (FA3's intra-warpgroup overlap). Returns the
+    # ring slots of blocks j and j - 1 and the two wgmma tokens.
+    stage = j % STAGES
+    prev = (j - 1) % STAGES
+    mbarrier.wait(k_ready.index(stage), (j // STAGES) & 1)
+    s_tok = warpgroup_mma(q_i, k_smem.index(stage).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+    o_tok = warpgroup_mma(p_op, v_smem.index(prev), o, is_async=True)
+    return stage, prev, s_tok, o_tok
+
+
+@gluon.jit
 def _step(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, p_op, m, l, Lk, qk_scale,
           BN: gl.constexpr, STAGES: gl.constexpr, MASK: gl.constexpr, FP16: gl.constexpr,
           s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
-    # S_j = Q K_j^T is issued before P_{j-1} V_{j-1} and waited for alone, so the softmax of
-    # block j can overlap the P V of block j - 1 (FA3's intra-warpgroup overlap)
-    stage = j % STAGES
-    phase = (j // STAGES) & 1
-    prev = (j - 1) % STAGES
-    prev_phase = ((j - 1) // STAGES) & 1
-    mbarrier.wait(k_ready.index(stage), phase)
-    s_tok = warpgroup_mma(q_i, k_smem.index(stage).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    mbarrier.wait(v_ready.index(prev), prev_phase)
-    o_tok = warpgroup_mma(p_op, v_smem.index(prev), o, is_async=True)
+    stage, prev, s_tok, o_tok = _issue(j, q_i, k_smem, v_smem, k_ready, v_ready, zero_s, o, p_op, STAGES)
     s = warpgroup_mma_wait(1, deps=(s_tok,))
     mbarrier.arrive(k_empty.index(stage))
     if MASK:
@@ -111,14 +116,7 @@ def _step_fixed(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero
     # from the tensor cores too: l [BM, 8] += P 1 (a wgmma of P with a ones tile), so l sums the
     # very bf16 P that P V sums (an fp32 sum of p would not match it: cuDNN-like error then needs
     # the row max's p = 1 exactly, which a fixed shift does not give)
-    stage = j % STAGES
-    phase = (j // STAGES) & 1
-    prev = (j - 1) % STAGES
-    prev_phase = ((j - 1) // STAGES) & 1
-    mbarrier.wait(k_ready.index(stage), phase)
-    s_tok = warpgroup_mma(q_i, k_smem.index(stage).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    mbarrier.wait(v_ready.index(prev), prev_phase)
-    o_tok = warpgroup_mma(p_op, v_smem.index(prev), o, is_async=True)
+    stage, prev, s_tok, o_tok = _issue(j, q_i, k_smem, v_smem, k_ready, v_ready, zero_s, o, p_op, STAGES)
     l_tok = warpgroup_mma(p_op, ones, l, is_async=True)
     s = warpgroup_mma_wait(2, deps=(s_tok,))
     mbarrier.arrive(k_empty.index(stage))

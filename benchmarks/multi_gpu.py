@@ -281,8 +281,8 @@ def run_ours(args, mode, height, width) -> dict:
     device = ctx.device if ctx else torch.device(device_type)
     rank = ctx.rank if ctx else 0
     with ctx or contextlib.nullcontext():
-        dit = Components(config=cfg, device=device, dtype=dtype).dit()  # seeded: equal weights on every rank
-        dit.kernels = args.kernels
+        # seeded: equal weights on every rank
+        dit = Components(config=cfg, device=device, dtype=dtype, kernels=args.kernels).dit()
         cond, uncond, noise = _inputs(cfg, height, width, args.frames, device, dtype)
         total = args.warmup + args.steps
         # the real 50-step schedule (longer in a smoke run with more steps than the tiny preset's 4)

@@ -97,18 +97,22 @@ def test_bf16_keeps_fp32_islands(diffusers_dit_dir, dit_inputs):
 
 
 def test_resolve_kernels(monkeypatch):
-    """auto: the fused Triton kernels on CUDA where Triton is installed, the torch ops elsewhere;
-    named kernels pass through."""
+    """auto: the fused Triton kernels on CUDA where Triton is installed and q/k are normalized, the
+    torch ops elsewhere; named kernels as they are; other names a one-line UsageError."""
     import importlib.util
 
     from wanscope.wan.config import KERNEL_CHOICES
+    from wanscope.errors import UsageError
     from wanscope.wan.dit import Kernels, resolve_kernels
 
     assert sorted(KERNEL_CHOICES) == sorted(["auto", *(k.value for k in Kernels)])
     assert resolve_kernels("auto", "cpu") is Kernels.TORCH
-    assert resolve_kernels("triton", "cpu") == "triton" and resolve_kernels("torch", "cuda") == "torch"
+    assert resolve_kernels("triton", "cpu") is Kernels.TRITON and resolve_kernels("torch", "cuda") is Kernels.TORCH
+    with pytest.raises(UsageError, match="unknown kernels 'fast'"):
+        resolve_kernels("fast", "cpu")
     found = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "triton" else found(name))
     assert resolve_kernels("auto", "cuda:0") is Kernels.TRITON
+    assert resolve_kernels("auto", "cuda:0", qk_norm=False) is Kernels.TORCH  # e.g. a checkpoint without q/k norm
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "triton" else found(name))
     assert resolve_kernels("auto", "cuda") is Kernels.TORCH

@@ -22,13 +22,17 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 # The launch configuration that won on the H200 (benchmarks/RESULTS.md, 2026-11-30): 64 query rows
-# per consumer warpgroup (two per CTA), 128-token K/V tiles, a 3-deep K/V ring (230 KB of shared
-# memory at D = 128: no room for a fourth), consumers at 240 registers, the loader warp at 24.
+# per consumer warpgroup (two per CTA), 128-token K/V tiles, a 3-deep K/V ring (with Q, the 2 KB
+# ones tile and the barriers, 232,088 of the 232,448 bytes of shared memory a CTA may have at
+# D = 128: no room for a fourth stage), consumers at 240 registers, the loader warp at 24.
 BLOCK_M = 64
 BLOCK_N = 128
 STAGES = 3
 CONSUMER_REGS = 240
 LOADER_REGS = 24
+# The fixed softmax shift from this many keys on (bf16): measured 0.94-0.96x the online softmax's
+# time at 32,760 keys and 1.13x at 512 (the key-norm pass and the bound do not pay for 4 blocks);
+# the crossover between is not measured (benchmarks/RESULTS.md, "fixed softmax shift").
 FIXED_MIN_KEYS = 2048
 KEY_ROWS = 64  # key tokens per program of the key-norm pass
 _LOG2E = 1.4426950408889634
@@ -189,9 +193,8 @@ def _fixed_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s,
 
 @gluon.jit
 def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-              o_ptr, o_row_stride, q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, k_norm_max,
-              BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-              FP16: gl.constexpr, STATIC: gl.constexpr):
+              o_ptr, o_row_stride, q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, k_norm_max, use_fixed,
+              BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr):
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
@@ -208,13 +211,18 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_read
     if n_kv == 1:
         s = _masked(s, 0, Lk, BN, s_layout)
     m = gl.max(s, axis=1) * qk_scale
-    if STATIC:
-        # Fixed shift: c |q_i| max_j |k_j| bounds every score of row i from above (Cauchy-Schwarz),
-        # block 0's max m bounds the row's max from below. Where the two are within 128 (log2
-        # units) for every row, shift = max(m, bound - 64) lies within [max - 64, max + 64], so
-        # every p <= 2^64 (no overflow in fp32 or bf16) and the largest p >= 2^-64 (terms lost to
-        # underflow weigh < 2^-62 of it): the softmax needs no running max and o no rescale.
-        bound = qk_scale * _row_norms(q_i, BM, D, s_layout) * k_norm_max
+    if FP16:  # p up to 2^64 would overflow fp16's P: the online softmax only
+        o, l = _online_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s, m, Lk, n_kv,
+                            qk_scale, BN, STAGES, FP16, s_layout, o_layout, p_layout)
+    else:
+        # Fixed shift (see attention_hopper's docstring): c |q_i| max_j |k_j| bounds every score of
+        # row i from above (Cauchy-Schwarz), block 0's max m bounds the row's max from below. Where
+        # the two are within 128 (log2 units) for every row of this warpgroup, the shift
+        # max(m, bound - 64) lies within 64 of the row's max either way: every p <= 2^64 (finite in
+        # fp32 and bf16) and the largest p >= 2^-64 (terms lost to underflow weigh < 2^-62 of it).
+        bound = m + 256.0  # without the key norms (short key sequences): fails the test below
+        if use_fixed != 0:
+            bound = qk_scale * _row_norms(q_i, BM, D, s_layout) * k_norm_max
         if gl.min((bound - m <= 128.0).to(gl.int32), axis=0) == 1:
             o, l = _fixed_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s,
                                gl.maximum(m, bound - 64.0), Lk, n_kv, qk_scale, ones_smem.permute((1, 0)), BM, BN,
@@ -222,9 +230,6 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_read
         else:
             o, l = _online_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s, m, Lk, n_kv,
                                 qk_scale, BN, STAGES, FP16, s_layout, o_layout, p_layout)
-    else:
-        o, l = _online_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s, m, Lk, n_kv,
-                            qk_scale, BN, STAGES, FP16, s_layout, o_layout, p_layout)
 
     o = o / gl.expand_dims(gl.convert_layout(l, gl.SliceLayout(1, o_layout)), 1)
     rows = gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
@@ -235,19 +240,19 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_read
 
 @gluon.jit
 def _consumer0(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, k_norm_max, BM: gl.constexpr, BN: gl.constexpr,
-               D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr, STATIC: gl.constexpr):
+               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, k_norm_max, use_fixed, BM: gl.constexpr,
+               BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr):
     _consumer(0, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, k_norm_max, BM, BN, D, STAGES, FP16, STATIC)
+              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, k_norm_max, use_fixed, BM, BN, D, STAGES, FP16)
 
 
 @gluon.jit
 def _consumer1(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, k_norm_max, BM: gl.constexpr, BN: gl.constexpr,
-               D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr, STATIC: gl.constexpr):
+               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, k_norm_max, use_fixed, BM: gl.constexpr,
+               BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr):
     _consumer(1, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-              q_row_in_batch + BM, o_row0 + BM, col, Lq, Lk, n_kv, qk_scale, k_norm_max, BM, BN, D, STAGES, FP16,
-              STATIC)
+              q_row_in_batch + BM, o_row0 + BM, col, Lq, Lk, n_kv, qk_scale, k_norm_max, use_fixed, BM, BN, D, STAGES,
+              FP16)
 
 
 # Lk and use_fixed unspecialized: self- and cross-attention (Lk 32760 and 512, one of them a multiple
@@ -256,7 +261,7 @@ def _consumer1(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_emp
 def _attention_hopper_fwd_kernel(
     q_desc, k_desc, v_desc, o_ptr, o_row_stride, Lq, Lk, N, qk_scale, k_norm_max_ptr, use_fixed,
     BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
-    STATIC: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
 ):
     # one CTA: 2 * BM query rows of one (batch, head)
     pid_m = gl.program_id(0)
@@ -268,16 +273,14 @@ def _attention_hopper_fwd_kernel(
     kv_row0 = b * Lk
     col = h * D
     n_kv = gl.cdiv(Lk, BN)
-    k_norm_max = 0.0
-    if STATIC:  # +inf (no fixed shift) where use_fixed is 0
-        k_norm_max = gl.load(k_norm_max_ptr + bh, mask=use_fixed != 0, other=float("inf"))
+    k_norm_max = gl.load(k_norm_max_ptr + bh, mask=use_fixed != 0, other=0.0)  # max_j |k_j| of this (b, h)
 
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BM, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BN, D], v_desc.layout)
     ones_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     ones_smem = gl.allocate_shared_memory(gl.bfloat16, [8, BN], ones_layout)
-    if STATIC:
+    if not FP16:
         ones_smem.store(gl.full([8, BN], 1.0, gl.bfloat16, gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])))
     q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -295,11 +298,11 @@ def _attention_hopper_fwd_kernel(
 
     gl.warp_specialize([
         (_consumer0, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, k_norm_max, BM, BN, D, STAGES, FP16,
-                      STATIC)),
+                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, k_norm_max, use_fixed, BM, BN, D, STAGES,
+                      FP16)),
         (_consumer1, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, k_norm_max, BM, BN, D, STAGES, FP16,
-                      STATIC)),
+                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, k_norm_max, use_fixed, BM, BN, D, STAGES,
+                      FP16)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
                    q_row, kv_row0, col, n_kv, BM, BN, STAGES)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
@@ -367,6 +370,6 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     _attention_hopper_fwd_kernel[grid](
         _descriptor(q, BLOCK_M), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N), out, n * d, lq, lk, n,
         _LOG2E / math.sqrt(d), k_norms, int(use_fixed),
-        BM=BLOCK_M, BN=BLOCK_N, D=d, STAGES=STAGES, FP16=fp16, STATIC=not fp16,
+        BM=BLOCK_M, BN=BLOCK_N, D=d, STAGES=STAGES, FP16=fp16,
         CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS, num_warps=4)
     return out

@@ -107,7 +107,6 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
     import torch
 
     from wanscope.wan.attention import check_backend, parse_backend, resolve_backend
-    from wanscope.wan.dit import Kernels, resolve_kernels
     from wanscope.wan.pipeline import Components, generate as run
     from wanscope.wan.video import write_outputs
 
@@ -180,7 +179,7 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
         "tokens": dit_tokens(cfg, req.height, req.width, req.frames),
         "steps": req.steps, "guidance": req.guidance, "shift": req.shift, "seed": req.seed,
         "solver": req.solver, "cfg": req.cfg, "cfg_auto": cfg_auto, "attention": attention,
-        "attention_ran": attention_ran, "kernels": kernels, "kernels_ran": Kernels(resolve_kernels(kernels, device)).value,
+        "attention_ran": attention_ran, "kernels": kernels, "kernels_ran": result.kernels,
         "parallel": parallel, "world_size": 1 if ctx is None else ctx.world_size,
         "device": str(device), "dtype": dtype, "torch": torch.__version__,
         "elapsed_s": round(elapsed_s, 3),

@@ -50,17 +50,25 @@ class Kernels(str, Enum):
     TRITON = "triton"
 
 
-def resolve_kernels(kernels: Kernels | str, device: torch.device | str) -> Kernels | str:
-    """``kernels`` with ``auto`` resolved: the fused Triton kernels on a CUDA device where Triton
-    is installed (the faster exact path: 507.8 vs 673.9 ms per 1.3B 480p forward on an H200, same
-    error; benchmarks/RESULTS.md, run 2), the torch ops elsewhere (on the CPU the fused ops would
-    run their torch references). Other names pass through (``WanDiT.kernels`` checks them)."""
+def resolve_kernels(kernels: Kernels | str, device: torch.device | str, qk_norm: bool = True) -> Kernels:
+    """``kernels`` as a ``Kernels``, with ``auto`` resolved: the fused Triton kernels on a CUDA
+    device where Triton is installed and the model has q/k RMSNorm (the fused op always
+    normalizes), the torch ops elsewhere. The fused path is the faster exact one: 507.8 vs 673.9 ms
+    per 1.3B 480p forward on an H200, same error (benchmarks/RESULTS.md, run 2).
+
+    Raises:
+        UsageError: a name that is neither ``auto`` nor a ``Kernels`` value.
+    """
     if kernels != "auto":
-        return kernels
+        try:
+            return Kernels(kernels)
+        except ValueError:
+            raise UsageError(f"unknown kernels {kernels!r}; known: auto, torch, triton") from None
     import importlib.util
 
     cuda = torch.device(device).type == "cuda"
-    return Kernels.TRITON if cuda and importlib.util.find_spec("triton") is not None else Kernels.TORCH
+    fused = cuda and qk_norm and importlib.util.find_spec("triton") is not None
+    return Kernels.TRITON if fused else Kernels.TORCH
 
 
 # Parameters kept in fp32 whatever the model dtype (see the module docstring).

@@ -134,7 +134,7 @@ class Components:
         else:
             model = load_dit(self._layout().dit, self.dtype, self.device, **self.dit_overrides)
         model.attention_backend = self.attention_backend
-        model.kernels = resolve_kernels(self.kernels, self.device)
+        model.kernels = resolve_kernels(self.kernels, self.device, model.cfg.qk_norm)
         return model
 
     def vae(self):
@@ -245,12 +245,13 @@ def denoise(
 @dataclass
 class Result:
     """A generated video: [F, H, W, 3] uint8 frames on the CPU (None on ranks other than 0),
-    the final latents [1, C, F', H', W'] fp32 on the CPU, and per-stage peak memory (bytes,
-    None without CUDA)."""
+    the final latents [1, C, F', H', W'] fp32 on the CPU, per-stage peak memory (bytes, None
+    without CUDA) and the DiT's ops that ran (``wan.dit.Kernels`` value)."""
 
     frames: torch.Tensor | None
     latents: torch.Tensor
     peak_memory_bytes: dict[str, int | None]
+    kernels: str
 
 
 def _peak(device: torch.device) -> int | None:
@@ -320,6 +321,7 @@ def generate(
     peaks["text_encoding"] = _peak(device)
 
     dit = parts.dit()
+    kernels = dit.kernels.value
     if parallel is not None:
         shard_dit(parallel, dit)
     latents = sample(dit, req, cond, uncond, cfg, device, on_step, parallel)
@@ -327,7 +329,7 @@ def generate(
     release()
     peaks["denoising"] = _peak(device)
     if parallel is not None and not parallel.is_main:
-        return Result(frames=None, latents=latents.cpu(), peak_memory_bytes=peaks)
+        return Result(frames=None, latents=latents.cpu(), peak_memory_bytes=peaks, kernels=kernels)
 
     from wanscope.wan.vae import decode
 
@@ -336,7 +338,7 @@ def generate(
     del vae
     release()
     peaks["vae_decode"] = _peak(device)
-    return Result(frames=to_frames(video), latents=latents.cpu(), peak_memory_bytes=peaks)
+    return Result(frames=to_frames(video), latents=latents.cpu(), peak_memory_bytes=peaks, kernels=kernels)
 
 
 def sample(

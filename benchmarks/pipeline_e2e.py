@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import sys
 import time
 from dataclasses import replace
@@ -129,12 +130,25 @@ def theirs(parts: Components, req: Request, encoder: TextEncoder, vae, dtype) ->
     return {k: round(v, 3) for k, v in stages.items()}
 
 
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True, help="folder for pipeline_e2e-YYYY-MM-DD.json")
     ap.add_argument("--smoke", action="store_true", help="tiny preset, 64x64x5, 2 steps, on the CPU")
-    ap.add_argument("--steps", type=int, default=None, help="default 50 (2 with --smoke)")
+    ap.add_argument("--steps", type=_positive, default=None, help="default 50 (2 with --smoke)")
     args = ap.parse_args(argv)
+    try:  # fails now, not after minutes of GPU time
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        ap.error(f"--out {args.out}: {e.strerror}")
+    if not os.access(args.out, os.W_OK | os.X_OK):
+        ap.error(f"--out {args.out}: not writable")
 
     device = torch.device("cpu" if args.smoke else "cuda")
     dtype = torch.bfloat16

@@ -121,7 +121,8 @@ def main(argv=None) -> None:
     SIGTERM and SIGHUP end a run like Ctrl-C, with exit code 128 + the signal, except under
     torchrun, whose launcher owns them (it escalates to SIGKILL; ``parallel/watch.py`` ends
     ranks whose peers died)."""
-    if argv is None and "TORCHELASTIC_RUN_ID" not in os.environ:
+    own_signals = argv is None and "TORCHELASTIC_RUN_ID" not in os.environ
+    if own_signals:
         for signum in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, _terminate)
     try:
@@ -167,5 +168,9 @@ def main(argv=None) -> None:
             # The command is over, its outputs written or removed. A Ctrl-C from here on,
             # while the interpreter shuts down (atexit callbacks such as removing DuckDB's
             # spill folder, thread joins), only printed "Exception ignored in ..." and a
-            # traceback after a finished run.
+            # traceback after a finished run; so did a SIGTERM or SIGHUP through _terminate
+            # (now they end the process at once, silently, as by default).
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            if own_signals:
+                for signum in (signal.SIGTERM, signal.SIGHUP):
+                    signal.signal(signum, signal.SIG_DFL)

@@ -67,6 +67,64 @@ def test_bad_arguments_are_one_line_errors(tmp_path, args, message):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--kernels", "triton"], "--kernels triton needs a CUDA device"),
+        (["--attention", "cudnn"], "--attention cudnn needs a CUDA device"),
+        (["--attention", "flash"], "--attention flash needs a CUDA device"),
+        (["--device", "bogus"], "--device 'bogus': expected cpu, cuda or cuda:N"),
+        (["--device", "meta"], "--device 'meta': expected cpu, cuda or cuda:N"),
+    ],
+)
+def test_device_choices_are_checked_before_any_work(tmp_path, args, message):
+    if torch.cuda.is_available() and "--device" not in args:
+        pytest.skip("these need a machine without CUDA")
+    r = wanscope(*TINY, "--random-weights", "--device", "cpu", *args, "--out", str(tmp_path / "x.mp4"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def _tree(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    "out, message",
+    [
+        ("keep", "is a directory, where an output file goes"),  # an existing folder: never replaced
+        ("x.mp4", "x.json: is a directory, where an output file goes"),  # a side file's name
+        ("x_frames.mp4", "x_frames_frames: holds files other than PNG frames"),
+        ("x.png", "the .png written next to the video would overwrite it"),
+        ("x.json", "the .json written next to the video would overwrite it"),
+        ("..", "is not a file name"),
+        (".", "is not a file name"),
+        ("missing/x.mp4", "its folder does not exist"),
+    ],
+)
+def test_output_paths_are_checked_before_any_work(tmp_path, out, message):
+    """No run starts (and nothing is replaced or deleted) when the outputs cannot be written."""
+    work = tmp_path / "work"
+    (work / "keep" / "sub").mkdir(parents=True)
+    (work / "keep" / "sub" / "a.txt").write_text("mine")
+    (work / "x.json").mkdir()
+    (work / "x.json" / "b.txt").write_text("mine")
+    (work / "x_frames_frames").mkdir()
+    (work / "x_frames_frames" / "notes.txt").write_text("mine")
+    before = _tree(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "wanscope", *TINY, "--random-weights", "--out", out],
+                       capture_output=True, text=True, cwd=work)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert _tree(tmp_path) == before
+
+
+def test_save_latents_cannot_be_an_output(tmp_path):
+    r = wanscope(*TINY, "--random-weights", "--out", str(tmp_path / "x.mp4"), "--save-latents", str(tmp_path / "x.json"))
+    assert r.returncode == 2 and "is one of the video's outputs" in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_empty_prompt(tmp_path):
     r = wanscope("generate", "--preset", "tiny", "--random-weights", "--prompt", "  ", "--out", str(tmp_path / "x.mp4"))
     assert (r.returncode, r.stderr) == (2, "wanscope: error: the prompt is empty\n")

@@ -96,12 +96,16 @@ def _hopper_unsupported(device: torch.device, dtype: torch.dtype, head_dim: int)
 
 def check_backend(backend: AttentionBackend, device: torch.device, dtype: torch.dtype, head_dim: int) -> None:
     """Refuse, before any work, a backend named explicitly that cannot run here: ``hopper``
-    off an sm_90 GPU with Gluon, or in a dtype or head dim it does not take (``auto`` never
-    needs this: it falls back).
+    off an sm_90 GPU with Gluon, or in a dtype or head dim it does not take; ``cudnn``, ``flash``
+    and ``efficient`` (PyTorch's CUDA kernels) off CUDA. ``auto`` never needs this: it falls back.
 
     Raises:
         UsageError: the reason, and what to pick instead.
     """
+    if backend in (AttentionBackend.CUDNN, AttentionBackend.FLASH, AttentionBackend.EFFICIENT):
+        if device.type != "cuda":
+            raise UsageError(f"--attention {backend.value} needs a CUDA device; use auto (the default), sdpa or math")
+        return
     if backend is not AttentionBackend.HOPPER:
         return
     reason = _hopper_unsupported(device, dtype, head_dim)

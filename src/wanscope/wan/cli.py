@@ -38,6 +38,55 @@ def parse_size(text: str) -> tuple[int, int]:
     return height, width
 
 
+def parse_device(name: str | None):
+    """``--device`` as a ``torch.device``: default cuda when available, else cpu.
+
+    Raises:
+        UsageError: not a device name, a type other than cpu and cuda, or cuda without a GPU.
+    """
+    import torch
+
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise UsageError(f"--device {name!r}: expected cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {name!r}: expected cpu, cuda or cuda:N")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {name}: no CUDA device is available here")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UsageError(f"--device {name}: there are {torch.cuda.device_count()} CUDA devices")
+    return device
+
+
+def check_latents_path(path: Path, out: Path) -> None:
+    """Refuse a ``--save-latents`` path that cannot be written or that is one of the outputs."""
+    from wanscope.wan.video import side_paths
+
+    if path.resolve() in {p.resolve() for p in (out, *side_paths(out))}:
+        raise InputError(path, "is one of the video's outputs; give another path")
+    if path.is_dir():
+        raise InputError(path, "is a directory")
+    if not path.parent.is_dir():
+        raise InputError(path, "its folder does not exist")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise InputError(path, "its folder is not writable")
+
+
+def save_tensor(tensor, path: Path) -> None:
+    """``torch.save`` through a temporary name beside ``path`` (removed if the save fails)."""
+    import torch
+
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        torch.save(tensor, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def build_request(cfg, prompt: str, *, negative_prompt=None, size=None, frames=None, steps=None, guidance=None,
                   shift=None, seed=None, solver=None, cfg_mode=None, legacy_step_lookup=False):
     """A validated ``Request`` from the CLI's options; None takes the preset's sampling default.
@@ -108,18 +157,17 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
 
     from wanscope.wan.attention import check_backend, parse_backend, resolve_backend
     from wanscope.wan.pipeline import Components, generate as run
-    from wanscope.wan.video import write_outputs
+    from wanscope.wan.video import check_outputs, write_outputs
 
     if (checkpoint is None) == (not random_weights):
         raise UsageError("give exactly one of --checkpoint DIR or --random-weights")
-    if not out.parent.is_dir():
-        raise InputError(out, "its folder does not exist")
-    if save_latents is not None and not save_latents.parent.is_dir():
-        raise InputError(save_latents, "its folder does not exist")
+    check_outputs(out)
+    if save_latents is not None:
+        check_latents_path(save_latents, out)
     if parallel is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UsageError(f"launched as {os.environ['WORLD_SIZE']} processes without --parallel; "
                          f"give --parallel {'|'.join(PARALLEL_MODES)}")
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = parse_device(device)
     if preset is None:  # random 1.3B weights on a CPU would take minutes per step: tiny, as profile does
         preset = "tiny" if random_weights and device.type == "cpu" else "wan2.1-t2v-1.3b"
     cfg = get_preset(preset)
@@ -146,6 +194,9 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
     torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
     backend = parse_backend(attention)
     check_backend(backend, device, torch_dtype, cfg.dit.head_dim)  # before a model loads
+    if kernels == "triton" and device.type != "cuda":
+        raise UsageError(f"--kernels triton needs a CUDA device (on {device.type} the fused ops would run as "
+                         "their torch references); use auto (the default) or torch")
     parts = Components(config=cfg, device=device, dtype=torch_dtype, checkpoint=checkpoint, attention_backend=backend,
                        kernels=kernels)
     attention_ran = resolve_backend(backend, device, torch_dtype, cfg.dit.head_dim).value
@@ -165,8 +216,6 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
     elapsed_s = time.perf_counter() - started
     if not main:
         return
-    if save_latents is not None:
-        torch.save(result.latents, save_latents)
 
     info = {
         "note": note,
@@ -186,6 +235,8 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
         "peak_memory_bytes": result.peak_memory_bytes,
     }
     paths, fallback = write_outputs(result.frames.numpy(), out, cfg.sampling.fps, info)
+    if save_latents is not None:
+        save_tensor(result.latents, save_latents)
     if fallback:
         click.echo(f"wanscope: {fallback}", err=True)
     for p in paths:

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from wanscope.errors import InputError, UsageError
-from wanscope.wan.cli import build_request
+from wanscope.wan.cli import build_request, parse_device
 from wanscope.wan.config import ATTENTION_CHOICES, PRESETS, get_preset
 
 # Wan2.1's own T2V example prompt (official generate.py, EXAMPLE_PROMPT["t2v-1.3B"])
@@ -92,7 +92,7 @@ def compare_modes(checkpoint, prompt_args, prompts_file, preset, negative_prompt
     if importlib.util.find_spec("triton") is None:
         raise UsageError("both modes run the fused Triton kernels (their torch references on a CPU): "
                          "pip install triton")
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = parse_device(device)
     dtype = dtype or ("bf16" if device.type == "cuda" else "fp32")
     torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
     backend = parse_backend(attention)

@@ -1,14 +1,17 @@
 """Writing generated frames: an MP4 (imageio-ffmpeg), a PNG contact sheet and a JSON sidecar.
 
-Each file is written under a temporary name in the target folder and renamed into place, so
-an interrupted run leaves nothing half-written. Without imageio-ffmpeg (the H200 image lacks
-it) the frames are written as PNGs in a folder instead, and the returned note says so.
+``check_outputs`` refuses, before any work, an output path these cannot be written to. The
+files are then written under temporary names in the target folder and renamed into place
+together at the end; an error or an interrupt removes the temporaries, so nothing is left
+half-written. Without imageio-ffmpeg (the H200 image lacks it) the frames are written as PNGs
+in a folder instead, and the returned note says so.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -16,14 +19,47 @@ import numpy as np
 from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 
+from wanscope.errors import InputError
 
-def _replace(tmp: Path, final: Path) -> None:
-    if final.is_dir():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+_FRAME = re.compile(r"frame_\d{4}\.png")
 
 
-def write_mp4(frames: np.ndarray, path: Path, fps: int, comment: str) -> None:
+def side_paths(out: Path) -> tuple[Path, Path, Path]:
+    """The contact sheet, the JSON sidecar and the PNG-frames folder (written without
+    imageio-ffmpeg) that go with the MP4 path ``out``."""
+    return out.with_suffix(".png"), out.with_suffix(".json"), out.with_name(f"{out.stem}_frames")
+
+
+def _frames_only(folder: Path) -> bool:
+    return all(_FRAME.fullmatch(p.name) and p.is_file() for p in folder.iterdir())
+
+
+def check_outputs(out: Path) -> None:
+    """Refuse an MP4 path whose outputs cannot be written, before any work.
+
+    Raises:
+        InputError: ``out`` is no file name (``.``, ``..``), ends in ``.png`` or ``.json`` (the
+            contact sheet or the sidecar would overwrite the video), its folder does not exist
+            or is not writable, ``out`` or a side file is a directory, or the frames folder
+            holds files other than frames (it is replaced whole).
+    """
+    if out.name in ("", ".", ".."):
+        raise InputError(out, "is not a file name; give a path such as video.mp4")
+    if out.suffix.lower() in (".png", ".json"):
+        raise InputError(out, f"the {out.suffix} written next to the video would overwrite it; give a .mp4 path")
+    if not out.parent.is_dir():
+        raise InputError(out, "its folder does not exist")
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        raise InputError(out, "its folder is not writable")
+    sheet, sidecar, frames = side_paths(out)
+    for path in (out, sheet, sidecar):
+        if path.is_dir():
+            raise InputError(path, "is a directory, where an output file goes")
+    if frames.is_dir() and not _frames_only(frames):
+        raise InputError(frames, "holds files other than PNG frames; it would be replaced")
+
+
+def _write_mp4(frames: np.ndarray, path: Path, fps: int, comment: str) -> None:
     """H.264 MP4 of ``frames`` [F, H, W, 3] uint8, with ``comment`` in its metadata.
 
     Raises:
@@ -31,10 +67,9 @@ def write_mp4(frames: np.ndarray, path: Path, fps: int, comment: str) -> None:
     """
     import imageio_ffmpeg
 
-    tmp = path.with_name(f".{path.stem}.partial.mp4")
     _, h, w, _ = frames.shape
     writer = imageio_ffmpeg.write_frames(
-        str(tmp), (w, h), fps=fps, codec="libx264", pix_fmt_out="yuv420p", macro_block_size=1,
+        str(path), (w, h), fps=fps, codec="libx264", pix_fmt_out="yuv420p", macro_block_size=1,
         output_params=["-metadata", f"comment={comment}"],
     )
     try:
@@ -43,21 +78,17 @@ def write_mp4(frames: np.ndarray, path: Path, fps: int, comment: str) -> None:
             writer.send(np.ascontiguousarray(frame))
     finally:
         writer.close()
-    _replace(tmp, path)
 
 
-def write_png_frames(frames: np.ndarray, folder: Path) -> None:
-    """One PNG per frame, ``frame_0000.png`` ..., in ``folder`` (replaced whole)."""
-    tmp = folder.with_name(f".{folder.name}.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+def _write_png_frames(frames: np.ndarray, folder: Path) -> None:
+    """One PNG per frame, ``frame_0000.png`` ..., in a new ``folder``."""
+    folder.mkdir()
     for i, frame in enumerate(frames):
-        Image.fromarray(frame).save(tmp / f"frame_{i:04d}.png")
-    _replace(tmp, folder)
+        Image.fromarray(frame).save(folder / f"frame_{i:04d}.png")
 
 
-def write_contact_sheet(frames: np.ndarray, path: Path, columns: int = 4, count: int = 8,
-                        comment: str | None = None) -> None:
+def _write_contact_sheet(frames: np.ndarray, path: Path, columns: int = 4, count: int = 8,
+                         comment: str | None = None) -> None:
     """Up to ``count`` evenly spaced frames tiled ``columns`` wide, as one PNG; ``comment``
     (e.g. the random-weights note) goes into its ``Comment`` text chunk."""
     idx = np.unique(np.linspace(0, len(frames) - 1, min(count, len(frames))).round().astype(int))
@@ -68,18 +99,17 @@ def write_contact_sheet(frames: np.ndarray, path: Path, columns: int = 4, count:
     for k, i in enumerate(idx):
         r, c = divmod(k, cols)
         sheet[r * h : (r + 1) * h, c * w : (c + 1) * w] = frames[i]
-    tmp = path.with_name(f".{path.stem}.partial.png")
     meta = PngInfo()
     if comment:
         meta.add_text("Comment", comment)
-    Image.fromarray(sheet).save(tmp, pnginfo=meta)
-    _replace(tmp, path)
+    Image.fromarray(sheet).save(path, format="PNG", pnginfo=meta)
 
 
-def write_json(obj: dict, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.partial")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
-    _replace(tmp, path)
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def write_outputs(frames: np.ndarray, out: Path, fps: int, info: dict) -> tuple[list[Path], str | None]:
@@ -87,22 +117,42 @@ def write_outputs(frames: np.ndarray, out: Path, fps: int, info: dict) -> tuple[
 
     Args:
         frames: [F, H, W, 3] uint8.
-        out: the MP4 path; the sheet is ``out`` with ``.png``, the sidecar with ``.json``.
+        out: the MP4 path (``check_outputs`` passed); the sheet is ``out`` with ``.png``, the
+            sidecar with ``.json``.
         info: run description; its ``note`` (if any) goes into the MP4's comment metadata.
 
     Returns:
         The paths written and a note when the MP4 fell back to PNG frames (else None).
     """
     comment = info.get("note") or "wanscope generate"
+    sheet, sidecar, frames_folder = side_paths(out)
+    staged: list[tuple[Path, Path]] = []  # (temporary, final)
+
+    def stage(final: Path) -> Path:
+        tmp = final.with_name(f".{final.stem}.partial{final.suffix}")  # ffmpeg reads the format from it
+        _remove(tmp)
+        staged.append((tmp, final))
+        return tmp
+
     fallback = None
     try:
-        write_mp4(frames, out, fps, comment)
-        video = out
-    except ImportError:
-        video = out.with_name(f"{out.stem}_frames")
-        write_png_frames(frames, video)
-        fallback = f"imageio-ffmpeg is not installed: wrote PNG frames to {video} instead of {out}"
-    sheet, sidecar = out.with_suffix(".png"), out.with_suffix(".json")
-    write_contact_sheet(frames, sheet, comment=info.get("note"))
-    write_json({**info, "video": str(video), "contact_sheet": str(sheet), "fallback": fallback}, sidecar)
+        try:
+            _write_mp4(frames, stage(out), fps, comment)
+            video = out
+        except ImportError:
+            staged.pop()
+            video = frames_folder
+            _write_png_frames(frames, stage(video))
+            fallback = f"imageio-ffmpeg is not installed: wrote PNG frames to {video} instead of {out}"
+        _write_contact_sheet(frames, stage(sheet), comment=info.get("note"))
+        stage(sidecar).write_text(json.dumps(
+            {**info, "video": str(video), "contact_sheet": str(sheet), "fallback": fallback},
+            indent=2, ensure_ascii=False) + "\n")
+        for tmp, final in staged:
+            if final.is_dir():  # our earlier PNG frames (check_outputs)
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+    finally:
+        for tmp, _ in staged:
+            _remove(tmp)
     return [video, sheet, sidecar], fallback

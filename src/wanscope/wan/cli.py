@@ -63,16 +63,11 @@ def parse_device(name: str | None):
 
 def check_latents_path(path: Path, out: Path) -> None:
     """Refuse a ``--save-latents`` path that cannot be written or that is one of the outputs."""
-    from wanscope.wan.video import side_paths
+    from wanscope.wan.video import check_target, side_paths
 
     if path.resolve() in {p.resolve() for p in (out, *side_paths(out))}:
         raise InputError(path, "is one of the video's outputs; give another path")
-    if path.is_dir():
-        raise InputError(path, "is a directory")
-    if not path.parent.is_dir():
-        raise InputError(path, "its folder does not exist")
-    if not os.access(path.parent, os.W_OK | os.X_OK):
-        raise InputError(path, "its folder is not writable")
+    check_target(path)
 
 
 def save_tensor(tensor, path: Path) -> None:

@@ -34,6 +34,20 @@ def _frames_only(folder: Path) -> bool:
     return all(_FRAME.fullmatch(p.name) and p.is_file() for p in folder.iterdir())
 
 
+def check_target(path: Path) -> None:
+    """Refuse a file path that cannot be written: a directory, a missing or unwritable folder.
+
+    Raises:
+        InputError: naming ``path`` and the problem.
+    """
+    if path.is_dir():
+        raise InputError(path, "is a directory, where an output file goes")
+    if not path.parent.is_dir():
+        raise InputError(path, "its folder does not exist")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise InputError(path, "its folder is not writable")
+
+
 def check_outputs(out: Path) -> None:
     """Refuse an MP4 path whose outputs cannot be written, before any work.
 
@@ -47,12 +61,9 @@ def check_outputs(out: Path) -> None:
         raise InputError(out, "is not a file name; give a path such as video.mp4")
     if out.suffix.lower() in (".png", ".json"):
         raise InputError(out, f"the {out.suffix} written next to the video would overwrite it; give a .mp4 path")
-    if not out.parent.is_dir():
-        raise InputError(out, "its folder does not exist")
-    if not os.access(out.parent, os.W_OK | os.X_OK):
-        raise InputError(out, "its folder is not writable")
+    check_target(out)
     sheet, sidecar, frames = side_paths(out)
-    for path in (out, sheet, sidecar):
+    for path in (sheet, sidecar):
         if path.is_dir():
             raise InputError(path, "is a directory, where an output file goes")
     if frames.is_dir() and not _frames_only(frames):

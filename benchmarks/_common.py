@@ -1,6 +1,7 @@
-"""Timing, error and output helpers shared by the benchmark scripts (``attention_sweep.py``,
-``dit_forward.py``, ``fast_mode.py``, ``kernels_bench.py``). Imported after each script has set
-its environment (compile caches) and put ``src`` on the path."""
+"""Timing, error, output and diffusers-model helpers shared by the benchmark scripts
+(``attention_sweep.py``, ``dit_forward.py``, ``fast_mode.py``, ``kernels_bench.py``,
+``pipeline_e2e.py``). Imported after each script has set its environment (compile caches) and put
+``src`` on the path."""
 
 from __future__ import annotations
 
@@ -98,3 +99,22 @@ def write_result(out_dir: Path, name: str, result: dict) -> Path:
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def diffusers_config(cfg) -> dict:
+    """WanTransformer3DModel arguments for our ``wan.config.DiTConfig`` ``cfg``."""
+    return dict(
+        patch_size=cfg.patch_size, num_attention_heads=cfg.num_heads, attention_head_dim=cfg.head_dim,
+        in_channels=cfg.in_channels, out_channels=cfg.out_channels, text_dim=cfg.text_dim,
+        freq_dim=cfg.freq_dim, ffn_dim=cfg.ffn_dim, num_layers=cfg.num_layers,
+        cross_attn_norm=cfg.cross_attn_norm, qk_norm="rms_norm_across_heads", eps=cfg.eps,
+    )
+
+
+def diffusers_bf16(model, dtype):
+    """Cast as ``from_pretrained(torch_dtype=bf16)`` does: modules named in
+    ``_keep_in_fp32_modules`` stay fp32."""
+    keep = set(model._keep_in_fp32_modules or [])
+    for name, p in model.named_parameters():
+        p.data = p.data.to(torch.float32 if keep & set(name.split(".")) else dtype)
+    return model

@@ -65,7 +65,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch  # noqa: E402
 
-from _common import attention_f64, rel_l2, self_attention_inputs, sync, time_ms, version, write_result  # noqa: E402
+from _common import (  # noqa: E402
+    attention_f64, diffusers_bf16, diffusers_config, rel_l2, self_attention_inputs, sync, time_ms, version, write_result,
+)
 from wanscope.wan.config import DiTConfig, get_preset  # noqa: E402
 from wanscope.wan.dit import WanDiT  # noqa: E402
 from wanscope.wan.pipeline import denoise  # noqa: E402
@@ -79,16 +81,6 @@ FAST = "ours fast"
 HOPPER = ", hopper attention"  # the suffix of the contenders on AttentionBackend.HOPPER
 
 
-def diffusers_config(cfg: DiTConfig) -> dict:
-    """WanTransformer3DModel arguments for our config."""
-    return dict(
-        patch_size=cfg.patch_size, num_attention_heads=cfg.num_heads, attention_head_dim=cfg.head_dim,
-        in_channels=cfg.in_channels, out_channels=cfg.out_channels, text_dim=cfg.text_dim,
-        freq_dim=cfg.freq_dim, ffn_dim=cfg.ffn_dim, num_layers=cfg.num_layers,
-        cross_attn_norm=cfg.cross_attn_norm, qk_norm="rms_norm_across_heads", eps=cfg.eps,
-    )
-
-
 def forward_flops(cfg: DiTConfig, tokens: int, text_tokens: int) -> float:
     """Multiply-add FLOPs (x2) of one forward: per layer, q/k/v/o and cross q/o projections on L
     tokens, cross k/v on Lc, the FFN, self-attention core 4*L^2*dim, cross core 4*L*Lc*dim."""
@@ -96,15 +88,6 @@ def forward_flops(cfg: DiTConfig, tokens: int, text_tokens: int) -> float:
     linear = 2 * tokens * (6 * d * d + 2 * d * f) + 2 * text_tokens * 2 * d * d
     core = 4 * tokens * tokens * d + 4 * tokens * text_tokens * d
     return cfg.num_layers * (linear + core)
-
-
-def diffusers_bf16(model, dtype):
-    """Cast as ``from_pretrained(torch_dtype=bf16)`` does: modules named in
-    ``_keep_in_fp32_modules`` stay fp32."""
-    keep = set(model._keep_in_fp32_modules or [])
-    for name, p in model.named_parameters():
-        p.data = p.data.to(torch.float32 if keep & set(name.split(".")) else dtype)
-    return model
 
 
 def measure(name, fn, device, warmup, repeats, ref, flops, peak_tflops):

@@ -37,8 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch  # noqa: E402
 
-from _common import sync, version, write_result  # noqa: E402
-from dit_forward import diffusers_bf16, diffusers_config  # noqa: E402
+from _common import diffusers_bf16, diffusers_config, sync, version, write_result  # noqa: E402
 from wanscope.wan.attention import resolve_backend  # noqa: E402
 from wanscope.wan.config import get_preset  # noqa: E402
 from wanscope.wan.pipeline import Components, Request, encode_prompts, sample  # noqa: E402

@@ -117,7 +117,7 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
         check(opts)
     if (nsys or ncu) and not cuda:
         raise UsageError(f"--{'nsys' if nsys else 'ncu'} needs a CUDA GPU; this machine has none")
-    from wanscope.profile.driver import DTYPES
+    from wanscope.wan.pipeline import DTYPES
     from wanscope.wan.attention import check_backend, parse_backend
 
     check_backend(parse_backend(opts.attention), torch.device(opts.device), DTYPES[opts.dtype], cfg_model.dit.head_dim)

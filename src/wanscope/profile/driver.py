@@ -29,13 +29,10 @@ from wanscope.parallel.ulysses import shard_dit
 from wanscope.profile.options import PROMPT, ProfileOptions
 from wanscope.wan.attention import parse_backend
 from wanscope.wan.config import get_preset
-from wanscope.wan.pipeline import (Components, Request, denoise, encode_prompts, initial_noise, latent_shape,
-                                   release)
+from wanscope.wan.pipeline import (DTYPES, Components, Request, denoise, encode_prompts, initial_noise,
+                                   latent_shape, release)
 from wanscope.wan.sampler import FlowSampler, flow_schedule
 from wanscope.clitools import console as make_console
-
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-
 
 @dataclass
 class Measurements:

@@ -151,7 +151,7 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
     import torch
 
     from wanscope.wan.attention import check_backend, parse_backend, resolve_backend
-    from wanscope.wan.pipeline import Components, generate as run
+    from wanscope.wan.pipeline import DTYPES, Components, generate as run
     from wanscope.wan.video import check_outputs, write_outputs
 
     if (checkpoint is None) == (not random_weights):
@@ -186,7 +186,7 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
         ctx = setup_from_env(parallel, device.type, dist_timeout, num_heads=cfg.dit.num_heads)
         device = ctx.device
     main = ctx is None or ctx.is_main
-    torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+    torch_dtype = DTYPES[dtype]
     backend = parse_backend(attention)
     check_backend(backend, device, torch_dtype, cfg.dit.head_dim)  # before a model loads
     if kernels == "triton" and device.type != "cuda":

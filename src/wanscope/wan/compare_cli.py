@@ -78,7 +78,7 @@ def compare_modes(checkpoint, prompt_args, prompts_file, preset, negative_prompt
     from wanscope.wan.attention import check_backend, parse_backend
     from wanscope.wan.compare import as_json
     from wanscope.wan.compare import compare_modes as run
-    from wanscope.wan.pipeline import Components
+    from wanscope.wan.pipeline import DTYPES, Components
     from wanscope.wan.precision import FastConfig
     from wanscope.wan.weights import check_dit, detect_layout
 
@@ -94,7 +94,7 @@ def compare_modes(checkpoint, prompt_args, prompts_file, preset, negative_prompt
                          "pip install triton")
     device = parse_device(device)
     dtype = dtype or ("bf16" if device.type == "cuda" else "fp32")
-    torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+    torch_dtype = DTYPES[dtype]
     backend = parse_backend(attention)
     check_backend(backend, device, torch_dtype, cfg.dit.head_dim)
     parts = Components(config=cfg, device=device, dtype=torch_dtype, checkpoint=checkpoint, attention_backend=backend)

@@ -34,6 +34,8 @@ from wanscope.wan.sampler import SOLVERS, FlowSampler, flow_schedule
 
 # per-step hook: (step index, latents after the step) -> None
 StepCallback = Callable[[int, torch.Tensor], None]
+# the --dtype names of generate, compare-modes and profile
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 @dataclass(frozen=True)

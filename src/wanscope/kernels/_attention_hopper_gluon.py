@@ -24,7 +24,9 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 # The launch configuration that won on the H200 (benchmarks/RESULTS.md, 2026-11-30): 64 query rows
 # per consumer warpgroup (two per CTA), 128-token K/V tiles, a 3-deep K/V ring (with Q, the 2 KB
 # ones tile and the barriers, 232,088 of the 232,448 bytes of shared memory a CTA may have at
-# D = 128: no room for a fourth stage), consumers at 240 registers, the loader warp at 24.
+# D = 128: no room for a fourth stage), consumers at 240 registers, the loader warp at 24. With INT8
+# Q K^T the Q and K tiles take half the room; a fourth stage then was slower (8.90 against 8.23 ms
+# at [1, 32760, 12, 128], quantization included).
 BLOCK_M = 64
 BLOCK_N = 128
 STAGES = 3
@@ -36,6 +38,12 @@ LOADER_REGS = 24
 FIXED_MIN_KEYS = 2048
 KEY_ROWS = 64  # key tokens per program of the key-norm pass
 _LOG2E = 1.4426950408889634
+# The int32 S accumulator starts at the bits of the fp32 1.5 * 2^23: read as fp32 its bits are
+# then 1.5 * 2^23 + S exactly for |S| < 2^22 (|q8 . k8| <= 128 * 127^2), so no int-to-float
+# conversion is needed, and the offset folds into the softmax's FFMA (the fixed shift) or one
+# FADD (online softmax).
+_MAGIC = gl.constexpr(0x4B400000)
+_MAGIC_F = gl.constexpr(12582912.0)
 
 
 @gluon.jit
@@ -72,20 +80,38 @@ def _round_p(x, FP16: gl.constexpr):
 
 
 @gluon.jit
+def _scores(s, QK8: gl.constexpr):
+    # S in fp32 from the accumulator (QK8: its bits less the offset, exact)
+    if QK8:
+        return s.to(gl.float32, bitcast=True) - _MAGIC_F
+    else:
+        return s
+
+
+@gluon.jit
+def _col(scale, QK8: gl.constexpr):
+    # the softmax scale for [BM, BN] scores: a scalar, or (QK8) one factor per row
+    if QK8:
+        return gl.expand_dims(scale, 1)
+    else:
+        return scale
+
+
+@gluon.jit
 def _masked(s, j, Lk, BN: gl.constexpr, s_layout: gl.constexpr):
     cols = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
     return gl.where(gl.expand_dims(cols < Lk, 0), s, -float("inf"))
 
 
 @gluon.jit
-def _issue(j, q_i, k_smem, v_smem, k_ready, v_ready, zero_s, o, p_op, STAGES: gl.constexpr):
+def _issue(j, q_i, k_smem, v_smem, k_ready, v_ready, zero_s, o, p_op, STAGES: gl.constexpr, QK8: gl.constexpr):
     # S_j = Q K_j^T is issued before P_{j-1} V_{j-1} and waited for alone, so the softmax of
     # block j can overlap the P V of block j - 1 (FA3's intra-warpgroup overlap). Returns the
     # ring slots of blocks j and j - 1 and the two wgmma tokens.
     stage = j % STAGES
     prev = (j - 1) % STAGES
     mbarrier.wait(k_ready.index(stage), (j // STAGES) & 1)
-    s_tok = warpgroup_mma(q_i, k_smem.index(stage).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    s_tok = warpgroup_mma(q_i, k_smem.index(stage).permute((1, 0)), zero_s, use_acc=QK8, is_async=True)
     mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
     o_tok = warpgroup_mma(p_op, v_smem.index(prev), o, is_async=True)
     return stage, prev, s_tok, o_tok
@@ -93,16 +119,16 @@ def _issue(j, q_i, k_smem, v_smem, k_ready, v_ready, zero_s, o, p_op, STAGES: gl
 
 @gluon.jit
 def _step(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, p_op, m, l, Lk, qk_scale,
-          BN: gl.constexpr, STAGES: gl.constexpr, MASK: gl.constexpr, FP16: gl.constexpr,
+          BN: gl.constexpr, STAGES: gl.constexpr, MASK: gl.constexpr, FP16: gl.constexpr, QK8: gl.constexpr,
           s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
-    stage, prev, s_tok, o_tok = _issue(j, q_i, k_smem, v_smem, k_ready, v_ready, zero_s, o, p_op, STAGES)
-    s = warpgroup_mma_wait(1, deps=(s_tok,))
+    stage, prev, s_tok, o_tok = _issue(j, q_i, k_smem, v_smem, k_ready, v_ready, zero_s, o, p_op, STAGES, QK8)
+    s = _scores(warpgroup_mma_wait(1, deps=(s_tok,)), QK8)
     mbarrier.arrive(k_empty.index(stage))
     if MASK:
         s = _masked(s, j, Lk, BN, s_layout)
     m_new = gl.maximum(m, gl.max(s, axis=1) * qk_scale)
     alpha = gl.exp2(m - m_new)
-    p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+    p = gl.exp2(s * _col(qk_scale, QK8) - gl.expand_dims(m_new, 1))
     l = l * alpha + gl.sum(p, axis=1)
     o = warpgroup_mma_wait(0, deps=(o_tok,))
     mbarrier.arrive(v_empty.index(prev))
@@ -112,21 +138,24 @@ def _step(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o,
 
 
 @gluon.jit
-def _step_fixed(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, l, p_op, m, Lk, qk_scale, ones,
-                BN: gl.constexpr, STAGES: gl.constexpr, MASK: gl.constexpr, s_layout: gl.constexpr,
-                p_layout: gl.constexpr):
+def _step_fixed(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, l, p_op, shift, Lk, qk_scale,
+                ones, BN: gl.constexpr, STAGES: gl.constexpr, MASK: gl.constexpr, QK8: gl.constexpr,
+                s_layout: gl.constexpr, p_layout: gl.constexpr):
     # _step with the row shift m fixed for the whole row: no running max and no rescale, so o stays
     # in the wgmma accumulator chain; bf16 P only (p may exceed fp16's range). The row sums come
     # from the tensor cores too: l [BM, 8] += P 1 (a wgmma of P with a ones tile), so l sums the
     # very bf16 P that P V sums (an fp32 sum of p would not match it: cuDNN-like error then needs
-    # the row max's p = 1 exactly, which a fixed shift does not give)
-    stage, prev, s_tok, o_tok = _issue(j, q_i, k_smem, v_smem, k_ready, v_ready, zero_s, o, p_op, STAGES)
+    # the row max's p = 1 exactly, which a fixed shift does not give). QK8: S stays the
+    # accumulator's bits, the offset being in shift (one FFMA per score either way).
+    stage, prev, s_tok, o_tok = _issue(j, q_i, k_smem, v_smem, k_ready, v_ready, zero_s, o, p_op, STAGES, QK8)
     l_tok = warpgroup_mma(p_op, ones, l, is_async=True)
     s = warpgroup_mma_wait(2, deps=(s_tok,))
+    if QK8:
+        s = s.to(gl.float32, bitcast=True)
     mbarrier.arrive(k_empty.index(stage))
     if MASK:
         s = _masked(s, j, Lk, BN, s_layout)
-    p = gl.exp2(s * qk_scale - gl.expand_dims(m, 1))
+    p = gl.exp2(s * _col(qk_scale, QK8) - gl.expand_dims(shift, 1))
     o, l = warpgroup_mma_wait(0, deps=(o_tok, l_tok))
     mbarrier.arrive(v_empty.index(prev))
     p_op = gl.convert_layout(_round_p(p, False), p_layout)
@@ -154,37 +183,40 @@ def _last_pv(o, p_op, v_smem, v_ready, v_empty, n_kv, STAGES: gl.constexpr):
 
 @gluon.jit
 def _online_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s, m, Lk, n_kv, qk_scale,
-                 BN: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
+                 BN: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr, QK8: gl.constexpr,
                  s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
     # blocks 1.. with the online softmax, from block 0's scores s and row max m: (o, l)
-    p = gl.exp2(s * qk_scale - gl.expand_dims(m, 1))
+    p = gl.exp2(s * _col(qk_scale, QK8) - gl.expand_dims(m, 1))
     l = gl.sum(p, axis=1)
     p_op = gl.convert_layout(_round_p(p, FP16), p_layout)
     for j in range(1, n_kv - 1):
         o, p_op, m, l = _step(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, p_op, m, l, Lk,
-                              qk_scale, BN, STAGES, False, FP16, s_layout, o_layout, p_layout)
+                              qk_scale, BN, STAGES, False, FP16, QK8, s_layout, o_layout, p_layout)
     if n_kv > 1:  # the last block, peeled: its column mask stays out of the loop (a branch inside
         # the wgmma window makes ptxas serialize the two GEMMs)
         o, p_op, m, l = _step(n_kv - 1, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, p_op, m,
-                              l, Lk, qk_scale, BN, STAGES, True, FP16, s_layout, o_layout, p_layout)
+                              l, Lk, qk_scale, BN, STAGES, True, FP16, QK8, s_layout, o_layout, p_layout)
     return _last_pv(o, p_op, v_smem, v_ready, v_empty, n_kv, STAGES), l
 
 
 @gluon.jit
 def _fixed_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s, m, Lk, n_kv, qk_scale, ones,
-                BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, s_layout: gl.constexpr,
-                p_layout: gl.constexpr):
+                BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, QK8: gl.constexpr,
+                s_layout: gl.constexpr, p_layout: gl.constexpr):
     # _online_loop with the row shift m fixed (bf16 only): (o, l)
-    p = gl.exp2(s * qk_scale - gl.expand_dims(m, 1))
+    p = gl.exp2(s * _col(qk_scale, QK8) - gl.expand_dims(m, 1))
+    shift = m
+    if QK8:  # the later blocks' S are the accumulator's bits, 1.5 * 2^23 above S
+        shift = m + _MAGIC_F * qk_scale
     p_op = gl.convert_layout(_round_p(p, False), p_layout)
     l = gl.zeros([BM, 8], gl.float32, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                                  instr_shape=[16, 8, 16]))
     for j in range(1, n_kv - 1):
-        o, l, p_op = _step_fixed(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, l, p_op, m,
-                                 Lk, qk_scale, ones, BN, STAGES, False, s_layout, p_layout)
+        o, l, p_op = _step_fixed(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, l, p_op,
+                                 shift, Lk, qk_scale, ones, BN, STAGES, False, QK8, s_layout, p_layout)
     if n_kv > 1:
         o, l, p_op = _step_fixed(n_kv - 1, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, l, p_op,
-                                 m, Lk, qk_scale, ones, BN, STAGES, True, s_layout, p_layout)
+                                 shift, Lk, qk_scale, ones, BN, STAGES, True, QK8, s_layout, p_layout)
     l_tok = warpgroup_mma(p_op, ones, l, is_async=True)
     l = warpgroup_mma_wait(0, deps=(l_tok,))
     l = gl.convert_layout(gl.max(l, axis=1), gl.SliceLayout(1, s_layout))  # its 8 columns are equal
@@ -193,43 +225,52 @@ def _fixed_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s,
 
 @gluon.jit
 def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-              o_ptr, o_row_stride, q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, k_norm_max, use_fixed,
-              BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr):
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
+              o_ptr, o_row_stride, q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, q_scale_ptr, N, k_norm_max,
+              use_fixed, BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+              FP16: gl.constexpr, QK8: gl.constexpr):
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BN, 32 if QK8 else 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     q_i = q_smem.index(WG)
-    zero_s = gl.zeros([BM, BN], gl.float32, s_layout)
+    if QK8:  # S's accumulator starts at the offset's bits; qk_scale becomes the row factors f
+        zero_s = gl.full([BM, BN], _MAGIC, gl.int32, s_layout)
+        rows = q_row_in_batch + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
+        qk_scale = gl.load(q_scale_ptr + (o_row0 - q_row_in_batch + rows).to(gl.int64) * N + col // D,
+                           mask=rows < Lq, other=0.0)
+    else:
+        zero_s = gl.zeros([BM, BN], gl.float32, s_layout)
     o = gl.zeros([BM, D], gl.float32, o_layout)
     mbarrier.wait(q_bar.index(WG), 0)
 
     # block 0: S_0 and its softmax (no P V yet)
     mbarrier.wait(k_ready.index(0), 0)
-    s_tok = warpgroup_mma(q_i, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    s = warpgroup_mma_wait(0, deps=(s_tok,))
+    s_tok = warpgroup_mma(q_i, k_smem.index(0).permute((1, 0)), zero_s, use_acc=QK8, is_async=True)
+    s = _scores(warpgroup_mma_wait(0, deps=(s_tok,)), QK8)
     mbarrier.arrive(k_empty.index(0))
     if n_kv == 1:
         s = _masked(s, 0, Lk, BN, s_layout)
     m = gl.max(s, axis=1) * qk_scale
     if FP16:  # p up to 2^64 would overflow fp16's P: the online softmax only
         o, l = _online_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s, m, Lk, n_kv,
-                            qk_scale, BN, STAGES, FP16, s_layout, o_layout, p_layout)
+                            qk_scale, BN, STAGES, FP16, False, s_layout, o_layout, p_layout)
     else:
         # Fixed shift (see attention_hopper's docstring): c |q_i| max_j |k_j| bounds every score of
         # row i from above (Cauchy-Schwarz), block 0's max m bounds the row's max from below. Where
         # the two are within 128 (log2 units) for every row of this warpgroup, the shift
         # max(m, bound - 64) lies within 64 of the row's max either way: every p <= 2^64 (finite in
         # fp32 and bf16) and the largest p >= 2^-64 (terms lost to underflow weigh < 2^-62 of it).
+        # QK8: the same bound on the ints (|q8_i| and max_j |k8_j|) times the row factor.
         bound = m + 256.0  # without the key norms (short key sequences): fails the test below
         if use_fixed != 0:
             bound = qk_scale * _row_norms(q_i, BM, D, s_layout) * k_norm_max
         if gl.min((bound - m <= 128.0).to(gl.int32), axis=0) == 1:
             o, l = _fixed_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s,
                                gl.maximum(m, bound - 64.0), Lk, n_kv, qk_scale, ones_smem.permute((1, 0)), BM, BN,
-                               STAGES, s_layout, p_layout)
+                               STAGES, QK8, s_layout, p_layout)
         else:
             o, l = _online_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s, m, Lk, n_kv,
-                                qk_scale, BN, STAGES, FP16, s_layout, o_layout, p_layout)
+                                qk_scale, BN, STAGES, FP16, QK8, s_layout, o_layout, p_layout)
 
     o = o / gl.expand_dims(gl.convert_layout(l, gl.SliceLayout(1, o_layout)), 1)
     rows = gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
@@ -240,28 +281,31 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_read
 
 @gluon.jit
 def _consumer0(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, k_norm_max, use_fixed, BM: gl.constexpr,
-               BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr):
+               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, q_scale_ptr, N, k_norm_max, use_fixed,
+               BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
+               QK8: gl.constexpr):
     _consumer(0, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, k_norm_max, use_fixed, BM, BN, D, STAGES, FP16)
+              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, q_scale_ptr, N, k_norm_max, use_fixed, BM, BN, D,
+              STAGES, FP16, QK8)
 
 
 @gluon.jit
 def _consumer1(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, k_norm_max, use_fixed, BM: gl.constexpr,
-               BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr):
+               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, q_scale_ptr, N, k_norm_max, use_fixed,
+               BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
+               QK8: gl.constexpr):
     _consumer(1, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-              q_row_in_batch + BM, o_row0 + BM, col, Lq, Lk, n_kv, qk_scale, k_norm_max, use_fixed, BM, BN, D, STAGES,
-              FP16)
+              q_row_in_batch + BM, o_row0 + BM, col, Lq, Lk, n_kv, qk_scale, q_scale_ptr, N, k_norm_max, use_fixed, BM,
+              BN, D, STAGES, FP16, QK8)
 
 
 # Lk and use_fixed unspecialized: self- and cross-attention (Lk 32760 and 512, one of them a multiple
 # of 16) share one compiled kernel, halving the JIT a first forward waits for
 @gluon.jit(do_not_specialize=["Lk", "use_fixed"])
 def _attention_hopper_fwd_kernel(
-    q_desc, k_desc, v_desc, o_ptr, o_row_stride, Lq, Lk, N, qk_scale, k_norm_max_ptr, use_fixed,
+    q_desc, k_desc, v_desc, o_ptr, o_row_stride, Lq, Lk, N, qk_scale, q_scale_ptr, k_norm_max_ptr, use_fixed,
     BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+    QK8: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
 ):
     # one CTA: 2 * BM query rows of one (batch, head)
     pid_m = gl.program_id(0)
@@ -298,11 +342,11 @@ def _attention_hopper_fwd_kernel(
 
     gl.warp_specialize([
         (_consumer0, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, k_norm_max, use_fixed, BM, BN, D, STAGES,
-                      FP16)),
+                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, q_scale_ptr, N, k_norm_max, use_fixed, BM,
+                      BN, D, STAGES, FP16, QK8)),
         (_consumer1, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, k_norm_max, use_fixed, BM, BN, D, STAGES,
-                      FP16)),
+                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, q_scale_ptr, N, k_norm_max, use_fixed, BM,
+                      BN, D, STAGES, FP16, QK8)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
                    q_row, kv_row0, col, n_kv, BM, BN, STAGES)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
@@ -331,7 +375,7 @@ def _descriptor(x: torch.Tensor, block_rows: int) -> TensorDescriptor:
     return TensorDescriptor(rows, [b * l, n * d], [row, 1], [block_rows, d], layout)
 
 
-_GL_DTYPE = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+_GL_DTYPE = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.int8: gl.int8}
 
 
 @triton.jit
@@ -356,20 +400,28 @@ def key_norm_max(k: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Run the kernel on checked inputs (``attention_hopper``'s): [B, Lq, N, D] contiguous."""
+def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_int8: bool = False) -> torch.Tensor:
+    """Run the kernel on checked inputs (``attention_hopper``'s): [B, Lq, N, D] contiguous.
+    ``qk_int8``: q and k quantized first (``wanscope.kernels.qk_int8``), bf16 only."""
     b, lq, n, d = q.shape
     lk = k.shape[1]
     out = torch.empty((b, lq, n, d), dtype=q.dtype, device=q.device)
     if out.numel() == 0:
         return out
     fp16 = q.dtype == torch.float16
+    c = _LOG2E / math.sqrt(d)
     use_fixed = not fp16 and lk >= FIXED_MIN_KEYS
-    k_norms = key_norm_max(k) if use_fixed else torch.empty(1, dtype=torch.float32, device=q.device)
+    if qk_int8:
+        from wanscope.kernels.qk_int8 import quantize_qk_int8
+
+        q, q_scale, k, k_norms = quantize_qk_int8(q, k, c)
+    else:
+        q_scale = torch.empty(1, dtype=torch.float32, device=q.device)
+        k_norms = key_norm_max(k) if use_fixed else q_scale
     grid = (-(-lq // (2 * BLOCK_M)), b * n)
     _attention_hopper_fwd_kernel[grid](
         _descriptor(q, BLOCK_M), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N), out, n * d, lq, lk, n,
-        _LOG2E / math.sqrt(d), k_norms, int(use_fixed),
-        BM=BLOCK_M, BN=BLOCK_N, D=d, STAGES=STAGES, FP16=fp16,
+        c, q_scale, k_norms, int(use_fixed),
+        BM=BLOCK_M, BN=BLOCK_N, D=d, STAGES=STAGES, FP16=fp16, QK8=qk_int8,
         CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS, num_warps=4)
     return out

@@ -135,31 +135,33 @@ def unsupported(device: torch.device | str, dtype: torch.dtype, head_dim: int) -
 
 
 @torch.library.custom_op("wanscope::attention_hopper", mutates_args=())
-def _attention_hopper_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def _attention_hopper_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_int8: bool) -> torch.Tensor:
     from wanscope.kernels._attention_hopper_gluon import launch
 
-    return launch(q, k, v)
+    return launch(q, k, v, qk_int8)
 
 
 @_attention_hopper_op.register_fake
-def _(q, k, v):
+def _(q, k, v, qk_int8):
     return q.new_empty(q.shape)
 
 
-def attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_int8: bool = False) -> torch.Tensor:
     """Softmax attention without mask, scale ``1/sqrt(D)``: see the module docstring.
 
     Args:
         q: [B, Lq, N, D]; k, v: [B, Lk, N, D]; bf16 or fp16, one dtype, one CUDA device of compute
             capability 9.0; D in {64, 128}; Lk >= 1. Any row strides (read in place when each
             token's heads are side by side, else copied).
+        qk_int8: the fast mode's INT8 ``Q K^T`` (bf16 only; see "INT8 Q K^T" in the module
+            docstring): not exact.
 
     Returns:
         [B, Lq, N, D] contiguous, dtype of q.
 
     Raises:
-        ValueError: shapes, dtypes, head dim or device outside the above, or Triton without
-            Gluon's Hopper module (the message says which).
+        ValueError: shapes, dtypes, head dim or device outside the above, ``qk_int8`` with fp16,
+            or Triton without Gluon's Hopper module (the message says which).
     """
     if q.ndim != 4 or k.ndim != 4 or k.shape != v.shape or (q.shape[0], q.shape[2:]) != (k.shape[0], k.shape[2:]):
         raise ValueError(f"q [B, Lq, N, D] and k, v [B, Lk, N, D] expected, got {tuple(q.shape)}, "
@@ -170,9 +172,11 @@ def attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
         raise ValueError(f"head dim must be one of {HEAD_DIMS}, got {q.shape[-1]}")
     if k.shape[1] < 1:
         raise ValueError("attention over zero keys is undefined")
+    if qk_int8 and q.dtype != torch.bfloat16:
+        raise ValueError(f"qk_int8 needs bf16 inputs, got {q.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     reason = unsupported_device(q.device)
     if reason is not None:
         raise ValueError(f"attention_hopper {reason}")
-    return torch.ops.wanscope.attention_hopper(q, k, v)
+    return torch.ops.wanscope.attention_hopper(q, k, v, qk_int8)

@@ -19,11 +19,12 @@ recorded with its error and the run goes on.
 
 "best compile" is the faster of diffusers' compiled contenders; the floor is the analytic FLOPs
 of a forward (attention core 4*L^2*dim per layer plus the linear layers) at the dense bf16
-matmul rate measured in this run (8192^3; ``--peak-tflops`` on the CPU). ``ours fast`` also gets
-``error_vs_bf16`` (its relative L2 over that of ``ours triton fp32-residual (exact)``, the bf16 path
-it is built on; issue 9: <= 5) and the error of its attention output alone against float64, on
-the q, k, v that the first block's self-attention receives in the exact model's forward
-(``attention_rel_l2_vs_f64``; the exact path's SDPA on the same inputs beside it). Then one full CFG step
+matmul rate measured in this run (8192^3; ``--peak-tflops`` on the CPU). ``ours fast`` (and ``ours
+fast, hopper attention``) also get ``error_vs_bf16`` (the relative L2 over that of the exact path
+on the same attention backend, the bf16 path it is built on; issue 9: <= 5) and the error of the
+attention output alone against float64, on the q, k, v that the first block's self-attention
+receives in the exact model's forward (``attention_rel_l2_vs_f64``; the exact path's attention on
+the same inputs beside it). Then one full CFG step
 (cond + uncond forwards and a UniPC step) of our denoising loop, sequential and batched, for our
 fastest exact contender's settings.
 
@@ -159,11 +160,11 @@ def fast_errors(fast_row: dict, exact_row: dict | None, exact_model, fast_cfg: F
     """Add to ``fast_row``: ``error_vs_bf16`` (its relative L2 over the exact path's, from
     ``exact_row`` or, when that contender did not run, one forward of ``exact_model()``) and the
     attention output's relative L2 against float64 on the first block's self-attention inputs:
-    ``attention_rel_l2_vs_f64`` (the fast mode's attention: ``attention_int8`` or, without
-    ``int8_attention``, the exact path's SDPA), ``exact_attention_rel_l2_vs_f64`` (SDPA) and
-    ``attention_error_vs_exact`` (their ratio)."""
-    from wanscope.kernels.attention_int8 import attention_int8
-    from wanscope.wan.attention import attention
+    ``attention_rel_l2_vs_f64`` (the fast mode's attention: ``precision.int8_attention`` or,
+    without ``int8_attention``, the exact path's backend), ``exact_attention_rel_l2_vs_f64`` (that
+    backend) and ``attention_error_vs_exact`` (their ratio)."""
+    from wanscope.wan.attention import AttentionBackend, attention, resolve_backend
+    from wanscope.wan.precision import int8_attention
 
     m = exact_model()
     exact_err = exact_row["rel_l2_vs_fp32"] if exact_row is not None else None
@@ -173,12 +174,13 @@ def fast_errors(fast_row: dict, exact_row: dict | None, exact_model, fast_cfg: F
     fast_row["exact_rel_l2_vs_fp32"] = exact_err
     fast_row["error_vs_bf16"] = round(fast_row["rel_l2_vs_fp32"] / exact_err, 2)
     q, k, v = self_attention_inputs(m, *inputs)
-    backend = m.attention_backend
+    backend = resolve_backend(AttentionBackend(m.attention_backend), q.device, q.dtype, q.shape[-1])
     del m
     truth = attention_f64(q, k, v)
     with torch.no_grad():
         exact_att = rel_l2(attention(q, k, v, backend), truth)
-        fast_att = rel_l2(attention_int8(q, k, v, fast_cfg.pv_fp8), truth) if fast_cfg.int8_attention else exact_att
+        fast_att = rel_l2(int8_attention(q, k, v, fast_cfg.pv_fp8, backend), truth) \
+            if fast_cfg.int8_attention_on(backend) else exact_att
     fast_row["attention_rel_l2_vs_f64"] = fast_att
     fast_row["exact_attention_rel_l2_vs_f64"] = exact_att
     fast_row["attention_error_vs_exact"] = round(fast_att / exact_att, 2)
@@ -334,19 +336,15 @@ def main(argv=None) -> dict:
             r["ratio_vs_best_compile"] = round(r["ms"] / best_compile_ms, 3) if ok and best_compile_ms else None
             r["ratio_vs_floor"] = round(r["ms"] / floor_ms, 3) if ok else None
 
-        # the fast mode on hopper attention: its error over the exact path's on the same attention
-        fast_hopper = next((r for r in rows if r["name"] == FAST + HOPPER and r["ms"] is not None), None)
-        exact_hopper = next((r for r in rows if r["name"] == EXACT + HOPPER and r["ms"] is not None), None)
-        if fast_hopper is not None and exact_hopper is not None:
-            fast_hopper["exact_rel_l2_vs_fp32"] = exact_hopper["rel_l2_vs_fp32"]
-            fast_hopper["error_vs_bf16"] = round(fast_hopper["rel_l2_vs_fp32"] / exact_hopper["rel_l2_vs_fp32"], 2)
-
-        fast_row = next((r for r in rows if r["name"] == FAST and r["ms"] is not None), None)
-        if fast_row is not None:
+        # each fast contender's error over the exact path's on the same attention backend
+        for fast_name, exact_name, attention in ((FAST, EXACT, None), (FAST + HOPPER, EXACT + HOPPER, "hopper")):
+            fast_row = next((r for r in rows if r["name"] == fast_name and r["ms"] is not None), None)
+            if fast_row is None:
+                continue
             fast_row["fast_config"] = fast_cfg.spec()
-            exact_row = next((r for r in rows if r["name"] == EXACT and r["ms"] is not None), None)
+            exact_row = next((r for r in rows if r["name"] == exact_name and r["ms"] is not None), None)
             try:
-                fast_errors(fast_row, exact_row, lambda: ours_model(True, "triton"), fast_cfg,
+                fast_errors(fast_row, exact_row, lambda: ours_model(True, "triton", attention=attention), fast_cfg,
                             (latents, timestep, context), ref)
             except Exception as exc:  # the timing stands without the error figures
                 traceback.print_exc()
@@ -429,11 +427,12 @@ def main(argv=None) -> dict:
         print(f"{r['name'][:54]:54} {r['median_ms']:>8.1f} {fmt(r.get('ratio_vs_best_compile'), '.3f'):>7} "
               f"{fmt(r.get('ratio_vs_floor'), '.3f'):>7} {r['tflops']:>8.1f} {fmt(r['rel_l2_vs_fp32'], '.2e'):>9} "
               f"{fmt(r.get('peak_mem_gib'), '.2f'):>6} {r['warmup_s']:>7.1f}  {(r.get('attention_kernel') or '')[:60]}")
-    if fast_row is not None and "error_vs_bf16" in fast_row:
-        print(f"{FAST} ({fast_row['fast_config']}): error {fast_row['error_vs_bf16']:.2f}x the bf16 path's "
-              f"({fast_row['rel_l2_vs_fp32']:.2e} vs {fast_row['exact_rel_l2_vs_fp32']:.2e}; issue 9: <= 5x); "
-              f"attention alone vs float64 {fast_row['attention_rel_l2_vs_f64']:.2e}, exact SDPA "
-              f"{fast_row['exact_attention_rel_l2_vs_f64']:.2e} ({fast_row['attention_error_vs_exact']:.2f}x)")
+    for r in rows:
+        if r["name"] in (FAST, FAST + HOPPER) and "attention_rel_l2_vs_f64" in r:
+            print(f"{r['name']} ({r['fast_config']}): error {r['error_vs_bf16']:.2f}x the bf16 path's "
+                  f"({r['rel_l2_vs_fp32']:.2e} vs {r['exact_rel_l2_vs_fp32']:.2e}; issue 9: <= 5x); "
+                  f"attention alone vs float64 {r['attention_rel_l2_vs_f64']:.2e}, exact "
+                  f"{r['exact_attention_rel_l2_vs_f64']:.2e} ({r['attention_error_vs_exact']:.2f}x)")
     print(f"wrote {path}")
     def summary(r):
         keys = ("ms", "ratio_vs_best_compile", "rel_l2_error")

@@ -15,6 +15,7 @@ from kernel_checks import DEVICE, rel_l2  # noqa: E402
 from wanscope.errors import UsageError  # noqa: E402
 from wanscope.kernels import _dispatch  # noqa: E402
 from wanscope.kernels.fp8_linear import FP8Linear  # noqa: E402
+from wanscope.wan.attention import AttentionBackend  # noqa: E402
 from wanscope.wan.config import get_preset  # noqa: E402
 from wanscope.wan.dit import WanDiT  # noqa: E402
 from wanscope.wan.pipeline import denoise  # noqa: E402
@@ -56,7 +57,7 @@ def _sample(dit, latents, cond, uncond):
 
 # the defaults, then INT8 attention with either P V, then every FP8 family with the last block exact
 @pytest.mark.parametrize("fast", [
-    FastConfig(), FastConfig(int8_attention=True, pv_fp8=False), FastConfig(int8_attention=True),
+    FastConfig(), FastConfig(int8_attention=True), FastConfig(int8_attention=True, pv_fp8=True),
     FastConfig(linears=LINEARS, int8_attention=True, exact_blocks=(-1,)),
 ], ids=["defaults", "int8-attn-pv-bf16", "int8-attn-pv-e4m3", "all-last-exact"])
 def test_ten_steps_within_5x_bf16(setup, fast, monkeypatch):
@@ -102,15 +103,27 @@ def test_spec_parses_groups_flags_and_round_trips():
     assert FastConfig.parse(cfg.spec()) == cfg and FastConfig.parse("") == FastConfig()
     assert FastConfig.parse("linears=none exact_blocks=none") == FastConfig(linears=())
     assert FastConfig.parse("linears=all,o").linears == LINEARS
-    assert FastConfig().spec() == ("linears=qkv,ffn_up int8_attention=false pv_fp8=true exact_blocks=none "
+    assert FastConfig().spec() == ("linears=qkv,ffn_up int8_attention=auto pv_fp8=false exact_blocks=none "
                                    "fast_accum=false")
+    assert FastConfig.parse("int8_attention=AUTO") == FastConfig()
+
+
+def test_int8_attention_auto_only_on_hopper():
+    """``auto`` (the default) runs INT8 Q K^T where our Hopper kernel does (not with e4m3 P V,
+    which only attention_int8 has); true and false whatever the backend."""
+    hopper, sdpa = AttentionBackend.HOPPER, AttentionBackend.SDPA
+    assert FastConfig().int8_attention_on(hopper) and not FastConfig().int8_attention_on(sdpa)
+    assert not FastConfig(pv_fp8=True).int8_attention_on(hopper)
+    assert FastConfig(int8_attention=True).int8_attention_on(sdpa)
+    assert not FastConfig(int8_attention=False).int8_attention_on(hopper)
 
 
 @pytest.mark.parametrize("spec, message", [
     ("linears=ffn,up", "unknown fast-mode linears ['up']"),
     ("pv=1", "expected KEY=VALUE with KEY one of linears, int8_attention"),
     ("pv_fp8", "expected KEY=VALUE"),
-    ("pv_fp8=maybe", "pv_fp8='maybe' is not true or false"),
+    ("pv_fp8=maybe", "pv_fp8='maybe' is not true or false$"),
+    ("int8_attention=maybe", "int8_attention='maybe' is not true or false or auto"),
     ("exact_blocks=0,last", "is not a comma-separated list of integers"),
     ("pv_fp8=1 pv_fp8=0", "pv_fp8 given twice"),
 ])

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 
 from wanscope.errors import UsageError
 from wanscope.wan import ranges
+from wanscope.wan.attention import AttentionBackend, resolve_backend
 from wanscope.wan.dit import WanDiT
 
 LINEARS = ("qkv", "o", "cross_q", "cross_o", "ffn_up", "ffn_down")
@@ -64,19 +65,25 @@ class FastConfig:
 
     Args:
         linears: the GEMMs run in FP8, a subset of ``LINEARS``.
-        int8_attention: self-attention through ``attention_int8`` (else the model's backend).
-        pv_fp8: the INT8 attention's P V in e4m3 (else bf16); without ``int8_attention``, unused.
+        int8_attention: self-attention with INT8 ``Q K^T`` (``int8_attention_on``, which kernel:
+            ``int8_attention``). ``"auto"``: where the model's attention backend resolves to
+            ``hopper`` (and ``pv_fp8`` is off) only, elsewhere the model's backend; True: always;
+            False: never.
+        pv_fp8: the INT8 attention's P V in e4m3 (``attention_int8`` only); without
+            ``int8_attention``, unused.
         exact_blocks: block indices kept exact (negative counts from the end: ``(0, -1)``).
         fast_accum: ``_scaled_mm`` fast accumulation (CUDA only).
     """
 
     linears: tuple[str, ...] = ("qkv", "ffn_up")
-    int8_attention: bool = False
-    pv_fp8: bool = True
+    int8_attention: bool | str = "auto"
+    pv_fp8: bool = False
     exact_blocks: tuple[int, ...] = ()
     fast_accum: bool = False
 
     def __post_init__(self):
+        if self.int8_attention not in (True, False, "auto"):
+            raise UsageError(f"int8_attention must be true, false or auto, got {self.int8_attention!r}")
         unknown = set(self.linears) - set(LINEARS)
         if unknown:
             raise UsageError(f"unknown fast-mode linears {sorted(unknown)}; known: {', '.join(LINEARS)}")
@@ -104,6 +111,12 @@ class FastConfig:
                 raise UsageError(f"fast-mode spec: {key} given twice")
             values[key] = _parse_field(key, text.strip().lower())
         return cls(**values)
+
+    def int8_attention_on(self, backend: AttentionBackend) -> bool:
+        """Whether self-attention runs with INT8 ``Q K^T`` on this resolved backend."""
+        if self.int8_attention == "auto":
+            return backend is AttentionBackend.HOPPER and not self.pv_fp8
+        return self.int8_attention
 
     def spec(self) -> str:
         """The config as ``parse`` reads it, every field written out."""
@@ -134,9 +147,12 @@ def _parse_field(key: str, text: str):
         except ValueError:
             raise UsageError(f"fast-mode spec: exact_blocks={text!r} is not a comma-separated list of "
                              "integers") from None
+    if key == "int8_attention" and text == "auto":
+        return text
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
-    raise UsageError(f"fast-mode spec: {key}={text!r} is not true or false")
+    raise UsageError(f"fast-mode spec: {key}={text!r} is not true or false"
+                     + (" or auto" if key == "int8_attention" else ""))
 
 
 def _fp8(weight, bias, **kw):
@@ -161,7 +177,7 @@ class FastBlock(nn.Module):
             name: _fp8(*sources[name], gelu_input=name == "ffn_down", fast_accum=cfg.fast_accum)
             for name in cfg.linears
         })
-        self.int8_attention, self.pv_fp8 = cfg.int8_attention, cfg.pv_fp8
+        self.cfg = cfg
 
 
 def apply_fast_mode(dit: WanDiT, cfg: FastConfig = FastConfig()) -> WanDiT:
@@ -199,11 +215,23 @@ def _linear(fast: FastBlock, name: str, lin_weight, lin_bias, h):
     return fast.linears[name](h) if name in fast.linears else F.linear(h, lin_weight, lin_bias)
 
 
-def _attend(attn, fast: FastBlock, q, k, v, backend):
-    if fast.int8_attention:
-        from wanscope.kernels.attention_int8 import attention_int8
+def int8_attention(q, k, v, pv_fp8: bool, backend: AttentionBackend | str):
+    """The fast mode's self-attention with INT8 ``Q K^T`` (``FastConfig.int8_attention``): our
+    Hopper kernel's INT8 variant where ``backend`` resolves to ``hopper`` for these inputs and
+    ``pv_fp8`` is off, else ``attention_int8``. q, k, v [B, L, N, D] -> [B, L, N, D]."""
+    backend = resolve_backend(AttentionBackend(backend), q.device, q.dtype, q.shape[-1])
+    if backend is AttentionBackend.HOPPER and not pv_fp8:
+        from wanscope.kernels.attention_hopper import attention_hopper
 
-        return attention_int8(q, k, v, fast.pv_fp8)
+        return attention_hopper(q, k, v, qk_int8=True)
+    from wanscope.kernels.attention_int8 import attention_int8
+
+    return attention_int8(q, k, v, pv_fp8)
+
+
+def _attend(attn, fast: FastBlock, q, k, v, backend):
+    if fast.cfg.int8_attention_on(backend):
+        return int8_attention(q, k, v, fast.cfg.pv_fp8, backend)
     return attn.attend(q, k, v, backend)
 
 

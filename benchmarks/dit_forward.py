@@ -344,8 +344,8 @@ def main(argv=None) -> dict:
             fast_row["fast_config"] = fast_cfg.spec()
             exact_row = next((r for r in rows if r["name"] == exact_name and r["ms"] is not None), None)
             try:
-                fast_errors(fast_row, exact_row, lambda: ours_model(True, "triton", attention=attention), fast_cfg,
-                            (latents, timestep, context), ref)
+                fast_errors(fast_row, exact_row, lambda a=attention: ours_model(True, "triton", attention=a),
+                            fast_cfg, (latents, timestep, context), ref)
             except Exception as exc:  # the timing stands without the error figures
                 traceback.print_exc()
                 fast_row["fast_errors_error"] = f"{type(exc).__name__}: {exc}"

@@ -51,36 +51,36 @@ def _k_stats_kernel(k_ptr, row_stride, L, N, sum_ptr, min_ptr, max_ptr, D: tl.co
                     STEP: tl.constexpr):
     # per channel of one (batch, head), over ROWS tokens of k [B, L, N, D]: the sum, min and max,
     # written to row (chunk, b * N + h) of [chunks, B * N, D] partials (summed up by torch: no
-    # atomics, the same bits every run)
+    # atomics, the same bits every run). Elementwise over [STEP, D] tiles, reduced once at the end.
     chunk = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // N
     h = bh % N
     d = tl.arange(0, D)
-    acc = tl.zeros([D], tl.float32)
-    lo = tl.full([D], float("inf"), tl.float32)
-    hi = tl.full([D], -float("inf"), tl.float32)
+    acc = tl.zeros([STEP, D], tl.float32)
+    lo = tl.full([STEP, D], float("inf"), tl.float32)
+    hi = tl.full([STEP, D], -float("inf"), tl.float32)
     for i in tl.static_range(0, ROWS, STEP):
         t = chunk * ROWS + i + tl.arange(0, STEP)
         ok = (t < L)[:, None]
         x = tl.load(k_ptr + (b * L + t).to(tl.int64)[:, None] * row_stride + h * D + d[None, :], mask=ok,
                     other=0.0).to(tl.float32)
-        acc += tl.sum(x, axis=0)
-        lo = tl.minimum(lo, tl.min(tl.where(ok, x, float("inf")), axis=0))
-        hi = tl.maximum(hi, tl.max(tl.where(ok, x, -float("inf")), axis=0))
+        acc += x
+        lo = tl.minimum(lo, tl.where(ok, x, float("inf")))
+        hi = tl.maximum(hi, tl.where(ok, x, -float("inf")))
     out = (chunk * tl.num_programs(1) + bh) * D + d
-    tl.store(sum_ptr + out, acc)
-    tl.store(min_ptr + out, lo)
-    tl.store(max_ptr + out, hi)
+    tl.store(sum_ptr + out, tl.sum(acc, axis=0))
+    tl.store(min_ptr + out, tl.min(lo, axis=0))
+    tl.store(max_ptr + out, tl.max(hi, axis=0))
 
 
 @triton.jit
 def _quantize_head_rows_kernel(x_ptr, row_stride, L, N, mean_ptr, head_scale_ptr, out_ptr, scale_ptr, norm_ptr,
                                c, min_amax, D: tl.constexpr, ROWS: tl.constexpr, IS_K: tl.constexpr):
     # ROWS tokens of one (batch, head) of x [B, L, N, D] (row stride row_stride) to int8 in a
-    # contiguous [B, L, N, D]. k (IS_K): minus mean[b, h, :], divided by head_scale[b, h], and
-    # the largest row norm of the ints folded into norm[b, h] by atomic max (norms >= 0, norm
-    # starts at 0). q: by its own row max, scale[b, t, h] = c * max|q| / 127 * head_scale[b, h].
+    # contiguous [B, L, N, D]. k (IS_K): minus mean[b, h, :], times 1 / head_scale[b, h], and
+    # the largest row norm of the ints written to norm[chunk, b * N + h] (partials: torch takes
+    # their max). q: by its own row max, scale[b, t, h] = c * max|q| / 127 * head_scale[b, h].
     bh = tl.program_id(1)
     b = bh // N
     h = bh % N
@@ -91,7 +91,7 @@ def _quantize_head_rows_kernel(x_ptr, row_stride, L, N, mean_ptr, head_scale_ptr
     x = tl.load(x_ptr + rows[:, None] * row_stride + h * D + d[None, :], mask=mask, other=0.0).to(tl.float32)
     head_scale = tl.load(head_scale_ptr + bh)
     if IS_K:
-        y = (x - tl.load(mean_ptr + bh * D + d)[None, :]) / head_scale
+        y = (x - tl.load(mean_ptr + bh * D + d)[None, :]) * (1.0 / head_scale)
     else:
         amax = tl.maximum(tl.max(tl.abs(x), axis=1), min_amax)
         y = x * (127.0 / amax)[:, None]
@@ -100,7 +100,8 @@ def _quantize_head_rows_kernel(x_ptr, row_stride, L, N, mean_ptr, head_scale_ptr
     tl.store(out_ptr + rows[:, None] * (N * D) + h * D + d[None, :], y, mask=mask)
     if IS_K:
         yf = tl.where(mask, y.to(tl.float32), 0.0)  # rows past L hold -mu / sk
-        tl.atomic_max(norm_ptr + bh, tl.sqrt(tl.max(tl.sum(yf * yf, axis=1), axis=0)))
+        norm = tl.sqrt(tl.max(tl.sum(yf * yf, axis=1), axis=0))
+        tl.store(norm_ptr + tl.program_id(0) * tl.num_programs(1) + bh, norm)
 
 
 def k_stats(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,7 +132,7 @@ def _round(y: torch.Tensor) -> torch.Tensor:
 def reference(q: torch.Tensor, k: torch.Tensor, c: float):
     """The torch ops of ``quantize_qk_int8`` (same arguments and results)."""
     mu, sk = k_stats(k)
-    k8 = _round((k.float() - mu[:, None]) / sk[:, None, :, None])
+    k8 = _round((k.float() - mu[:, None]) * (1.0 / sk[:, None, :, None]))
     amax = q.float().abs().amax(dim=-1).clamp_min(_MIN_AMAX)  # [B, Lq, N]
     q8 = _round(q.float() * (127.0 / amax)[..., None])
     f = c * (amax / 127.0) * sk[:, None]
@@ -162,10 +163,10 @@ def quantize_qk_int8(q: torch.Tensor, k: torch.Tensor, c: float):
     q8 = torch.empty(q.shape, dtype=torch.int8, device=q.device)
     k8 = torch.empty(k.shape, dtype=torch.int8, device=q.device)
     f = torch.empty((b, lq, n), dtype=torch.float32, device=q.device)
-    kn = torch.zeros((b, n), dtype=torch.float32, device=q.device)
+    norms = torch.empty((triton.cdiv(lk, ROWS), b * n), dtype=torch.float32, device=q.device)
     for x, length, out, is_k in ((k, lk, k8, True), (q, lq, q8, False)):
         if length:  # Lq may be 0
             _quantize_head_rows_kernel[(triton.cdiv(length, ROWS), b * n)](
-                x, x.stride(1), length, n, mu, sk, out, f, kn, c, _MIN_AMAX, D=d, ROWS=ROWS, IS_K=is_k,
+                x, x.stride(1), length, n, mu, sk, out, f, norms, c, _MIN_AMAX, D=d, ROWS=ROWS, IS_K=is_k,
                 num_warps=4)
-    return q8, f, k8, kn
+    return q8, f, k8, norms.amax(dim=0).view(b, n)

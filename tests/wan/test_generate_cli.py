@@ -42,6 +42,7 @@ def test_generate_random_weights_writes_decodable_mp4(tmp_path):
     assert (info["tokens"], info["cfg"], info["cfg_auto"]) == (32, "batched", True)
     assert (info["attention"], info["attention_ran"]) == ("auto", "sdpa")  # auto off CUDA: PyTorch's SDPA
     assert (info["kernels"], info["kernels_ran"]) == ("auto", "torch" if not torch.cuda.is_available() else "triton")
+    assert (info["mode"], info["fast"]) == ("exact", None)
     if not torch.cuda.is_available():
         assert info["peak_memory_bytes"] == {"text_encoding": None, "denoising": None, "vae_decode": None}
     with Image.open(out.with_suffix(".png")) as sheet:
@@ -57,6 +58,11 @@ def test_generate_random_weights_writes_decodable_mp4(tmp_path):
         (["--random-weights", "--size", "big"], "--size 'big': expected WIDTHxHEIGHT"),
         (["--random-weights", "--frames", "6"], "frames must be 4k+1"),
         ([], "give exactly one of --checkpoint DIR or --random-weights"),
+        (["--random-weights", "--fast", "linears=o"], "--fast SPEC configures the fast mode: add --mode fast"),
+        (["--random-weights", "--mode", "fast", "--fast", "linears=up"], "unknown fast-mode linears ['up']"),
+        (["--random-weights", "--mode", "fast", "--kernels", "torch"], "--mode fast runs the fused Triton kernels"),
+        (["--random-weights", "--mode", "fast", "--parallel", "ulysses"],
+         "--mode fast does not run under --parallel ulysses (Ulysses) yet; use --parallel cfg"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(tmp_path, args, message):
@@ -65,6 +71,19 @@ def test_bad_arguments_are_one_line_errors(tmp_path, args, message):
     assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_generate_fast_mode(tmp_path):
+    """--mode fast end to end (on a CPU the fused ops and FP8 GEMMs run their torch references;
+    INT8 attention only where our Hopper kernel runs): the sidecar names the mode and its config."""
+    out = tmp_path / "x.mp4"
+    r = wanscope(*TINY, "--random-weights", "--size", "64x64", "--frames", "5", "--steps", "2", "--mode", "fast",
+                 "--fast", "exact_blocks=-1", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    info = json.loads(out.with_suffix(".json").read_text())
+    assert info["mode"] == "fast" and info["kernels_ran"] == "triton"
+    assert info["fast"] == "linears=qkv,ffn_up int8_attention=auto pv_fp8=false exact_blocks=-1 fast_accum=false"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "x.mp4", "x.png"]
 
 
 @pytest.mark.parametrize(

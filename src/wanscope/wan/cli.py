@@ -133,6 +133,12 @@ def build_request(cfg, prompt: str, *, negative_prompt=None, size=None, frames=N
               help="Attention kernel. auto: ours (hopper) on an sm_90 GPU with Triton's Gluon, else sdpa.")
 @click.option("--kernels", type=click.Choice(KERNEL_CHOICES), default="auto", show_default=True,
               help="DiT ops. auto: the fused Triton kernels on CUDA, the torch reference ops elsewhere.")
+@click.option("--mode", type=click.Choice(["exact", "fast"]), default="exact", show_default=True,
+              help="fast: FP8 GEMMs and INT8 Q K^T attention where they pay (the fast mode, FastConfig; "
+                   "not exact: measure its cost on your weights with compare-modes).")
+@click.option("--fast", "fast_spec", default=None, metavar="SPEC",
+              help="With --mode fast: its config over the defaults, e.g. 'linears=ffn,qkv exact_blocks=0,-1' "
+                   "(keys: linears, int8_attention, pv_fp8, exact_blocks, fast_accum).")
 @click.option("--device", default=None, help="Default: cuda if available, else cpu.")
 @click.option("--dtype", type=click.Choice(["bf16", "fp32"]), default=None, help="Default: bf16 on CUDA, fp32 on CPU.")
 @click.option("--legacy-step-lookup", is_flag=True, help="Find the step index with a device .item() (syncs once per step).")
@@ -145,13 +151,14 @@ def build_request(cfg, prompt: str, *, negative_prompt=None, size=None, frames=N
 @click.option("--dist-timeout", type=click.FloatRange(min=1), default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds any rank may wait for the others (rendezvous, each collective) before failing.")
 def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, frames, steps, guidance, shift,
-             seed, solver, cfg_mode, attention, kernels, device, dtype, legacy_step_lookup, out, save_latents, parallel,
-             dist_timeout):
+             seed, solver, cfg_mode, attention, kernels, mode, fast_spec, device, dtype, legacy_step_lookup, out,
+             save_latents, parallel, dist_timeout):
     """Generate a video from a text prompt (Wan2.1 T2V)."""
     import torch
 
     from wanscope.wan.attention import check_backend, parse_backend, resolve_backend
     from wanscope.wan.pipeline import DTYPES, Components, generate as run
+    from wanscope.wan.precision import FastConfig
     from wanscope.wan.video import check_outputs, write_outputs
 
     if (checkpoint is None) == (not random_weights):
@@ -159,6 +166,13 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
     check_outputs(out)
     if save_latents is not None:
         check_latents_path(save_latents, out)
+    if fast_spec is not None and mode != "fast":
+        raise UsageError("--fast SPEC configures the fast mode: add --mode fast")
+    fast = FastConfig.parse(fast_spec or "") if mode == "fast" else None
+    if fast is not None and kernels == "torch":
+        raise UsageError("--mode fast runs the fused Triton kernels; drop --kernels torch")
+    if fast is not None and parallel in ("ulysses", "cfg+ulysses"):
+        raise UsageError(f"--mode fast does not run under --parallel {parallel} (Ulysses) yet; use --parallel cfg")
     if parallel is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UsageError(f"launched as {os.environ['WORLD_SIZE']} processes without --parallel; "
                          f"give --parallel {'|'.join(PARALLEL_MODES)}")
@@ -193,7 +207,7 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
         raise UsageError(f"--kernels triton needs a CUDA device (on {device.type} the fused ops would run as "
                          "their torch references); use auto (the default) or torch")
     parts = Components(config=cfg, device=device, dtype=torch_dtype, checkpoint=checkpoint, attention_backend=backend,
-                       kernels=kernels)
+                       kernels=kernels, fast=fast)
     attention_ran = resolve_backend(backend, device, torch_dtype, cfg.dit.head_dim).value
     note = RANDOM_NOTE if random_weights else None
     if note and main:
@@ -224,6 +238,7 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
         "steps": req.steps, "guidance": req.guidance, "shift": req.shift, "seed": req.seed,
         "solver": req.solver, "cfg": req.cfg, "cfg_auto": cfg_auto, "attention": attention,
         "attention_ran": attention_ran, "kernels": kernels, "kernels_ran": result.kernels,
+        "mode": mode, "fast": None if fast is None else fast.spec(),
         "parallel": parallel, "world_size": 1 if ctx is None else ctx.world_size,
         "device": str(device), "dtype": dtype, "torch": torch.__version__,
         "elapsed_s": round(elapsed_s, 3),

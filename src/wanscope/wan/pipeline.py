@@ -30,6 +30,7 @@ from wanscope.wan import ranges
 from wanscope.wan.attention import AttentionBackend
 from wanscope.wan.config import CFG_MODES, WanConfig, dit_tokens, resolve_cfg
 from wanscope.wan.dit import WanDiT, resolve_kernels
+from wanscope.wan.precision import FastConfig, apply_fast_mode
 from wanscope.wan.sampler import SOLVERS, FlowSampler, flow_schedule
 
 # per-step hook: (step index, latents after the step) -> None
@@ -96,7 +97,9 @@ class Components:
 
     ``checkpoint`` is None for random weights, in which case every output says so. ``kernels``:
     the DiT's ops, ``auto`` (fused Triton kernels on CUDA, see ``dit.resolve_kernels``), ``torch``
-    or ``triton``.
+    or ``triton``. ``fast``: the fast mode's config (``precision.FastConfig``, applied to the DiT
+    once it is loaded: it runs the fused kernels whatever ``kernels`` says), or None for the
+    exact mode.
     """
 
     config: WanConfig
@@ -106,6 +109,7 @@ class Components:
     attention_backend: AttentionBackend = AttentionBackend.AUTO
     kernels: str = "auto"
     dit_overrides: dict = field(default_factory=dict)
+    fast: FastConfig | None = None
 
     @property
     def random_weights(self) -> bool:
@@ -137,6 +141,8 @@ class Components:
             model = load_dit(self._layout().dit, self.dtype, self.device, **self.dit_overrides)
         model.attention_backend = self.attention_backend
         model.kernels = resolve_kernels(self.kernels, self.device, model.cfg.qk_norm)
+        if self.fast is not None:
+            apply_fast_mode(model, self.fast)
         return model
 
     def vae(self):
@@ -305,7 +311,8 @@ def generate(
 
     Raises:
         UsageError: bad request values (see ``Request.validate``), or a parallel mode that
-            cannot run this request (CFG parallel without guidance, heads that do not split).
+            cannot run this request (CFG parallel without guidance, heads that do not split,
+            Ulysses with the fast mode).
         InputError: an unusable checkpoint.
         ParallelError: ranks started differently, or a collective failed.
     """
@@ -315,6 +322,8 @@ def generate(
     if parallel is not None:
         if parallel.cfg_degree > 1:
             check_cfg_parallel(req.guidance, req.cfg)
+        if parts.fast is not None and parallel.ulysses_degree > 1:
+            raise UsageError("the fast mode does not run under Ulysses sequence parallelism yet; use --parallel cfg")
         parallel.agree(**asdict(req), preset=cfg.name, dtype=str(parts.dtype), checkpoint=str(parts.checkpoint))
     peaks = {}
     _peak(device)

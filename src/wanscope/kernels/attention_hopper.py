@@ -49,7 +49,7 @@ covers 128 query rows of one (batch, head) with three warp-specialized roles (``
   tokens or TMA's zero fill, and get p = 0).
 
 Not in it: FA3's ping-pong scheduling of the two warpgroups (1-2% slower here, built from
-mbarriers), FP8, masks, backward. Work at [1, 32760, 12, 128]: 4 B N Lq Lk D = 6.6e12 FLOP;
+mbarriers), FP8 (INT8 ``Q K^T`` is an option, below), masks, backward. Work at [1, 32760, 12, 128]: 4 B N Lq Lk D = 6.6e12 FLOP;
 HBM traffic q, k, v, o once (~400 MB; K/V re-reads hit L2) and k once more for the key norms.
 
 Measured (NVIDIA H200, torch 2.11.0+cu130, Triton 3.6.0, [1, 32760, 12, 128] bf16 on the DiT's
@@ -60,6 +60,20 @@ that shape (cuDNN 2.329e-3); 1.00-1.06x PyTorch SDPA's at small shapes, peaked r
 (q, k x 2.5), exact for a single key. In the 1.3B DiT forward at 480x832x81 (30 self- and 30
 cross-attention calls): 461.8 ms against 482.8 / 478.0 ms with the online softmax, 0.885x
 diffusers' regional compile (521.6 ms) in that call, same forward error (3.228e-3).
+
+INT8 Q K^T (``qk_int8=True``, the fast mode's, not exact; bf16 only): q and k are first quantized
+by ``wanscope.kernels.qk_int8`` (q per (token, head), k smoothed by its mean over tokens and
+scaled per (batch, head), so every scale folds into one fp32 factor f_i per query row) and S_j =
+Q8 K8_j^T runs on the int8 tensor cores (2x the bf16 rate) into an int32 accumulator that starts
+at the bits of the fp32 1.5 * 2^23: read as fp32, its bits are 1.5 * 2^23 + S exactly (|S| <=
+128 * 127^2 < 2^22), so no int-to-float conversion runs and the offset folds into the fixed
+shift (p = 2^(bits f_i - (m_i + 1.5 * 2^23 f_i)), still one FFMA per score) or into one FADD (online
+softmax). The bound of the fixed shift uses the quantized vectors' norms, an exact bound on the
+scores the kernel computes. P V stays bf16. Measured (same H200 and layout, benchmarks/RESULTS.md
+"INT8 Q K^T"): 8.43 ms with the quantization (0.30 ms) against 9.47 ms bf16 and 11.59 ms cuDNN;
+error vs float64 1.40e-2 for q, k, v ~ N(0, 1) (6x cuDNN's), 4.2e-3 on the DiT's own first-block
+inputs (2.5x the exact kernel's); the DiT forward's error is unchanged (1.45x the exact path's,
+from the FP8 GEMMs).
 
 Needs: an sm_90 GPU and Triton with Gluon's Hopper module (``triton.experimental.gluon``,
 tested with Triton 3.6.0 only: Gluon is experimental and its API moves between releases).

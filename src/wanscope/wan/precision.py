@@ -4,7 +4,8 @@ Applied from outside the model: ``apply_fast_mode(dit, FastConfig())`` switches 
 fused kernels (``kernels="triton"``, which fuses the q/k/v weights) and then gives each chosen
 block a ``fast`` module (its FP8 weights) and ``fast_block_forward``, the fused block of
 ``wan/fused.py`` with these changes, per layer as ``FastConfig`` says (defaults: FP8 q/k/v and
-FFN up only, the rest exact; the others are options):
+FFN up, and INT8 Q K^T where our Hopper attention kernel runs, the rest exact; the others are
+options):
 
 =================  ==========================================  ==============================
 part               exact mode (bf16 with fp32 islands)          fast mode option
@@ -14,17 +15,21 @@ cross q, o         bf16 GEMM                                    e4m3
 cross k/v (Lc)     bf16 GEMM                                    bf16 (512 tokens: no gain)
 FFN up, down       bf16 GEMM, GELU in the epilogue              e4m3; GELU fused into the
                                                                 down-projection's quantizer
-self-attention     SDPA (cuDNN) bf16                            INT8 QK^T, e4m3 (or bf16) PV
-cross-attention    SDPA                                         SDPA (L x 512: 2.6% of FLOPs)
+self-attention     the model's backend, bf16 (our Hopper           INT8 QK^T, bf16 PV on our Hopper
+                   kernel where it runs, else SDPA)             kernel (default where it runs);
+                                                                elsewhere attention_int8: INT8
+                                                                QK^T, bf16 or e4m3 PV (option)
+cross-attention    the model's backend                          unchanged (L x 512: 2.6% of FLOPs)
 norms, modulation  fp32 (fused Triton ops)                      unchanged
 =================  ==========================================  ==============================
 
 ``exact_blocks`` keeps some blocks (e.g. the first and last) on the exact path. A config can be
 written as text, ``FastConfig.parse("linears=ffn_up,qkv exact_blocks=0,-1")`` (the CLI's ``--fast``
 and the benchmarks' variants), and back, ``FastConfig.spec()``. Kernels and their
-error bounds: ``wanscope.kernels.fp8_linear`` and ``wanscope.kernels.attention_int8``. On the CPU
-both run their torch references of the same quantization, so the mode runs (and is tested)
-anywhere. ``benchmarks/fast_mode.py`` measures speed and error of each choice on the H200.
+error bounds: ``wanscope.kernels.fp8_linear``, ``wanscope.kernels.attention_hopper`` (with
+``qk_int8``) and ``wanscope.kernels.attention_int8``. On the CPU the FP8 GEMMs and
+``attention_int8`` run their torch references of the same quantization, so the mode runs (and is
+tested) anywhere. ``benchmarks/fast_mode.py`` measures speed and error of each choice on the H200.
 
 Setting ``dit.kernels`` afterwards returns every block to the exact path (it resets the block
 forwards); ``exact_mode`` does that and frees the FP8 weights.
@@ -56,12 +61,15 @@ class FastConfig:
     """Which parts of which blocks run in low precision.
 
     The defaults are the fastest config within issue 9's bound (forward error <= 5x the bf16
-    path's) of the H200 sweep of 2026-11-30 (torch 2.11, Triton 3.6.0, Wan2.1 1.3B at L = 32760;
-    ``benchmarks/fast_mode.py``, ``benchmarks/results/fast_mode-2026-11-30-b.json``): FP8 q/k/v
-    and FFN up, cuDNN attention, 495.8 ms per forward, 1.016x faster than the exact path's 503.6
-    ms and 0.939x the best torch.compile's 527.9 ms, at 2.76x the bf16 error. All linears in FP8
-    with INT8 attention and e4m3 P V (the defaults before) took 983.0 ms at 17.9x; our INT8
-    attention is slower than cuDNN (15.5 vs 10.7 ms a call), so it stays an option.
+    path's) measured on an H200 (torch 2.11, Triton 3.6.0, Wan2.1 1.3B at L = 32760, random
+    weights): FP8 q/k/v and FFN up (the fastest FP8 families of ``benchmarks/fast_mode.py``'s
+    sweep, ``benchmarks/results/fast_mode-2026-11-30-b.json``; the others gained nothing or lost)
+    and, where the attention backend resolves to our Hopper kernel, its INT8 ``Q K^T``:
+    388.8-391.5 ms per forward in two runs against 440.4 without INT8 attention and 451.4-459.1 for
+    the exact path, 0.747-0.755x the best torch.compile of the same run, at 1.45x the exact path's
+    error (``benchmarks/dit_forward.py``; benchmarks/RESULTS.md, session 6). ``attention_int8``
+    (Triton, FA2-style) is slower than cuDNN (15.5 vs 10.7 ms a call), so off the Hopper kernel
+    INT8 attention stays an option; with e4m3 P V it exceeds the bound (17.9x with all linears).
 
     Args:
         linears: the GEMMs run in FP8, a subset of ``LINEARS``.

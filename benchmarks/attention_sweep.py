@@ -7,8 +7,12 @@ attention (q and k contiguous token-major, v the strided third of a [B, L, 3C] Q
   the [B, N, L, D] transposed views, cuDNN forced);
 * ``attention_int8`` (``kernels/attention_int8.py``), P V in e4m3 and in bf16 (it autotunes on
   its first call: that call is its warm-up);
+* ``attention_hopper`` (``kernels/attention_hopper.py``, our Gluon kernel; on an sm_90 GPU with
+  Gluon, else recorded as failed): bf16, and with INT8 ``Q K^T`` (``qk_int8=True``, the fast
+  mode's; its quantization, ``qk_int8.quantize_qk_int8``, is timed alone as ``quant_ms``
+  ``hopper_int8`` and included in its ``ms``);
 * ``attention_flash`` (``kernels/attention_flash.py``) over ``GRID``: each precision (exact;
-  int8 or e4m3 ``Q K^T``; e4m3 ``P V``) at several ``FlashConfig``s.
+  int8 or e4m3 ``Q K^T``; e4m3 ``P V``) at several ``FlashConfig``s (``--skip-flash``: none).
 
 Each contender: compile/first-call wall time, then the median of ``--repeats`` (>= 10) CUDA-event
 timed calls after ``--warmup`` more, TFLOP/s (4 B N L^2 D FLOP), ratio to cuDNN, relative L2
@@ -26,6 +30,7 @@ Prints a table and ends with one line of JSON; writes ``OUT/attention_sweep-YYYY
 (timings meaningless; checks the script and every kernel variant).
 
     python3 benchmarks/attention_sweep.py --out benchmarks/results
+    python3 benchmarks/attention_sweep.py --out DIR --skip-int8 --skip-flash   # cuDNN vs hopper
     python3 benchmarks/attention_sweep.py --smoke --out /tmp/sweep
 """
 
@@ -34,6 +39,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import statistics
 import sys
@@ -82,6 +88,7 @@ def _parse(argv):
     ap.add_argument("--budget-min", type=float, default=4.0, help="stop starting new configs after this")
     ap.add_argument("--only", default="", help="comma-separated row indices of GRID to run (default: all)")
     ap.add_argument("--skip-int8", action="store_true", help="skip attention_int8 (it autotunes: ~40 s)")
+    ap.add_argument("--skip-flash", action="store_true", help="skip attention_flash's GRID")
     ap.add_argument("--config-timeout-s", type=float, default=150.0,
                     help="a contender running longer is taken for a hang: results so far are written, exit 3")
     args = ap.parse_args(argv)
@@ -176,9 +183,22 @@ def main(argv=None) -> dict:
         run("attention_int8: int8 QK, e4m3 PV", lambda: int8_kernel(True), {"kind": "int8_kernel"})
         run("attention_int8: int8 QK, bf16 PV", lambda: int8_kernel(False), {"kind": "int8_kernel"})
 
+    def hopper(qk_int8):
+        from wanscope.kernels.attention_hopper import attention_hopper
+
+        return attention_hopper(q, k, v, qk_int8=qk_int8)
+
+    run("attention_hopper: bf16", lambda: hopper(False), {"kind": "hopper"})
+    run("attention_hopper: int8 QK, bf16 PV", lambda: hopper(True), {"kind": "hopper", "quant": "hopper_int8"})
+
+    def hopper_quantize():
+        from wanscope.kernels.qk_int8 import quantize_qk_int8
+
+        return quantize_qk_int8(q, k, 1.4426950408889634 / math.sqrt(d))
+
     quant_ms = {}
     for key, fn in (("int8", lambda: quantize_qk(q, k, "int8")), ("e4m3", lambda: quantize_qk(q, k, "e4m3")),
-                    ("v_e4m3", lambda: quantize_v(v))):
+                    ("v_e4m3", lambda: quantize_v(v)), ("hopper_int8", hopper_quantize)):
         try:
             quant_ms[key] = round(statistics.median(time_ms(fn, device, args.warmup, args.repeats)[0]), 4)
         except Exception as exc:  # noqa: BLE001 - recorded; the rows that need it show no quant_ms
@@ -190,10 +210,13 @@ def main(argv=None) -> dict:
                 except Exception:  # noqa: BLE001 - a sticky CUDA error: nothing later can run
                     state["context_lost"] = f"quantize {key}"
     result["quant_ms"] = quant_ms
+    for r in result["rows"]:
+        if isinstance(quant_ms.get(r.get("quant")), float):
+            r["quant_ms"] = quant_ms[r["quant"]]
 
     only = {int(i) for i in args.only.split(",") if i}
     for i, (qk, pv, bm, bn, warps, stages, ws, maxnreg) in enumerate(GRID):
-        if only and i not in only:
+        if args.skip_flash or (only and i not in only):
             continue
         cfg = FlashConfig(bm, bn, warps, stages, ws, maxnreg)
         name = (f"flash[{i}] qk={qk} pv={pv} {bm}x{bn} w{warps} s{stages}" + (" ws" if ws else "")

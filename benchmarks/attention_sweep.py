@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import statistics
 import sys
@@ -194,7 +193,7 @@ def main(argv=None) -> dict:
     def hopper_quantize():
         from wanscope.kernels.qk_int8 import quantize_qk_int8
 
-        return quantize_qk_int8(q, k, 1.4426950408889634 / math.sqrt(d))
+        return quantize_qk_int8(q, k)
 
     quant_ms = {}
     for key, fn in (("int8", lambda: quantize_qk(q, k, "int8")), ("e4m3", lambda: quantize_qk(q, k, "e4m3")),

@@ -160,11 +160,11 @@ def fast_errors(fast_row: dict, exact_row: dict | None, exact_model, fast_cfg: F
     """Add to ``fast_row``: ``error_vs_bf16`` (its relative L2 over the exact path's, from
     ``exact_row`` or, when that contender did not run, one forward of ``exact_model()``) and the
     attention output's relative L2 against float64 on the first block's self-attention inputs:
-    ``attention_rel_l2_vs_f64`` (the fast mode's attention: ``precision.int8_attention`` or,
-    without ``int8_attention``, the exact path's backend), ``exact_attention_rel_l2_vs_f64`` (that
+    ``attention_rel_l2_vs_f64`` (the fast mode's attention, ``FastConfig.attention_kernel``: an
+    INT8 kernel or the exact path's backend), ``exact_attention_rel_l2_vs_f64`` (that
     backend) and ``attention_error_vs_exact`` (their ratio)."""
-    from wanscope.wan.attention import AttentionBackend, attention, resolve_backend
-    from wanscope.wan.precision import int8_attention
+    from wanscope.wan.attention import attention, resolve_backend
+    from wanscope.wan.precision import int8_self_attention
 
     m = exact_model()
     exact_err = exact_row["rel_l2_vs_fp32"] if exact_row is not None else None
@@ -174,13 +174,13 @@ def fast_errors(fast_row: dict, exact_row: dict | None, exact_model, fast_cfg: F
     fast_row["exact_rel_l2_vs_fp32"] = exact_err
     fast_row["error_vs_bf16"] = round(fast_row["rel_l2_vs_fp32"] / exact_err, 2)
     q, k, v = self_attention_inputs(m, *inputs)
-    backend = resolve_backend(AttentionBackend(m.attention_backend), q.device, q.dtype, q.shape[-1])
+    backend = resolve_backend(m.attention_backend, q.device, q.dtype, q.shape[-1])
     del m
     truth = attention_f64(q, k, v)
+    kernel = fast_cfg.attention_kernel(backend)
     with torch.no_grad():
         exact_att = rel_l2(attention(q, k, v, backend), truth)
-        fast_att = rel_l2(int8_attention(q, k, v, fast_cfg.pv_fp8, backend), truth) \
-            if fast_cfg.int8_attention_on(backend) else exact_att
+        fast_att = exact_att if kernel is None else rel_l2(int8_self_attention(kernel, q, k, v, fast_cfg.pv_fp8), truth)
     fast_row["attention_rel_l2_vs_f64"] = fast_att
     fast_row["exact_attention_rel_l2_vs_f64"] = exact_att
     fast_row["attention_error_vs_exact"] = round(fast_att / exact_att, 2)

@@ -3,7 +3,9 @@
 Default: the 1.3B preset at 480x832x81 (L = 32,760 tokens), B=1, on CUDA. Sections, each variant
 in its own try/except (a failure is recorded and the run goes on):
 
-1. DiT forward: our exact bf16 path (fused Triton kernels, cuDNN attention) against fast-mode
+1. DiT forward: our exact bf16 path (fused Triton kernels, the DiT's default attention: ``auto``,
+   our Hopper kernel on an H200 since session 4, cuDNN before; the row names below still say
+   cuDNN from the runs they were written for) against fast-mode
    variants (``wan/precision.py`` ``FastConfig``, written as specs): the sweep in ``VARIANTS``
    below, or each ``--variant SPEC`` given instead. Each: warm-up, then
    the median of ``--repeats`` (>= 5) CUDA-event-timed forwards, and the relative L2 error of
@@ -56,8 +58,9 @@ from wanscope.wan.precision import FastConfig, apply_fast_mode  # noqa: E402
 # in run 4 (qkv 0.475 vs 0.611 ms, FFN up 0.861 vs 1.163; FFN down lost to its GELU quantizer,
 # o and cross tied), alone, with the two first and last blocks exact, and under our INT8
 # attention; all linears; all linears with INT8 attention and e4m3 P V (FastConfig's defaults
-# before 2026-11-30: 983 ms, 17.9x the bf16 error); and FastConfig()'s defaults (since then FP8
-# qkv + FFN up). Every spec names int8_attention, so the rows do not move with the defaults.
+# before 2026-11-30: 983 ms, 17.9x the bf16 error); and FastConfig()'s defaults (FP8 qkv + FFN
+# up, and INT8 Q K^T where the attention resolves to our Hopper kernel, since session 6). Every
+# other spec names int8_attention, so those rows do not move with the defaults.
 # 10 forwards of ~0.5-1 s, each variant's build and warm-up included: ~2 min of the script's < 4.
 VARIANTS = [
     ("FP8 qkv", "linears=qkv int8_attention=no"),

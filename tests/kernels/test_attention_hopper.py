@@ -323,8 +323,11 @@ def test_dit_shape_error_as_cudnn(dit_shape):
     assert err <= min(1.05 * cudnn_err, 2.5e-3), f"rel L2 {err:.3e}, cuDNN {cudnn_err:.3e}"
 
 
-@needs_sm90
-def test_dit_forward_matches_cudnn():
+@pytest.fixture(scope="module")
+def tiny_dit():
+    """A 2-layer DiT with head dim 128 in bf16 on the fused kernels, B = 2 inputs (grid (3, 15,
+    26): 1170 tokens, not a multiple of 128; 16 text tokens, one masked K/V block) and its fp32
+    output (TF32 off)."""
     from wanscope.wan.config import get_preset
     from wanscope.wan.dit import WanDiT
 
@@ -332,25 +335,59 @@ def test_dit_forward_matches_cudnn():
     cfg = get_preset("tiny", dim=256, num_heads=2, fp32_residual=True).dit  # head dim 128
     model = WanDiT(cfg).init_weights().eval().requires_grad_(False).cuda()
     g = torch.Generator(device="cuda").manual_seed(1)
-    # grid (3, 15, 26): 1170 tokens, not a multiple of 128; 16 text tokens (one masked K/V block)
     x = (torch.randn(2, 16, 3, 30, 52, generator=g, device="cuda"), torch.tensor([700.0, 30.0], device="cuda"),
          torch.randn(2, cfg.text_len, cfg.text_dim, generator=g, device="cuda"))
     allow_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
         with torch.no_grad():
-            ref = model(*x)  # fp32
-            model = model.set_dtype(BF16)
-            model.kernels = "triton"
-            outs = {}
-            for backend in ("sdpa", "hopper"):  # sdpa: cuDNN on an H200
-                model.attention_backend = backend
-                outs[backend] = model(*x)
+            ref = model(*x)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    model = model.set_dtype(BF16)
+    model.kernels = "triton"
+    return model, x, ref
+
+
+@needs_sm90
+def test_dit_forward_matches_cudnn(tiny_dit):
+    model, x, ref = tiny_dit
+    outs = {}
+    with torch.no_grad():
+        for backend in ("sdpa", "hopper"):  # sdpa: cuDNN on an H200
+            model.attention_backend = backend
+            outs[backend] = model(*x)
     err, cudnn_err = rel_l2(outs["hopper"], ref), rel_l2(outs["sdpa"], ref)
     assert err <= 1.1 * cudnn_err, f"hopper rel L2 {err:.3e} vs fp32, cuDNN {cudnn_err:.3e}"
     assert rel_l2(outs["hopper"], outs["sdpa"]) <= 1e-2
+
+
+@needs_sm90
+def test_dit_fast_mode_runs_int8_on_hopper(tiny_dit, monkeypatch):
+    """The fast mode's defaults on the hopper backend: every self-attention through the INT8
+    variant (counted), the forward within issue 9's bound (5x the exact path's error)."""
+    from wanscope.kernels import attention_hopper as hopper_module
+    from wanscope.wan.precision import FastConfig, apply_fast_mode, exact_mode
+
+    model, x, ref = tiny_dit
+    real, calls = hopper_module.attention_hopper, []
+
+    def counted(q, k, v, qk_int8=False):
+        calls.append(qk_int8)
+        return real(q, k, v, qk_int8=qk_int8)
+
+    monkeypatch.setattr(hopper_module, "attention_hopper", counted)
+    model.attention_backend = "hopper"
+    with torch.no_grad():
+        exact = model(*x)
+        apply_fast_mode(model, FastConfig())
+        try:
+            fast = model(*x)
+        finally:
+            exact_mode(model)
+    assert calls == [False, False] * 2 + [True, False] * 2  # exact: self, cross per block; then fast
+    exact_err, fast_err = rel_l2(exact, ref), rel_l2(fast, ref)
+    assert exact_err < fast_err <= 5 * exact_err, f"fast {fast_err:.3e}, exact {exact_err:.3e}"
 
 
 # --- GPU: INT8 Q K^T (qk_int8) -------------------------------------------------------------------
@@ -360,7 +397,7 @@ def _f64_int8(q, k, v):
     """Float64 attention on the quantized scores the kernel multiplies: 2^(f_i q8_i . k8_j)."""
     from wanscope.kernels.qk_int8 import reference
 
-    q8, f, k8, _ = reference(q, k, 1.4426950408889634 / q.shape[-1] ** 0.5)
+    q8, f, k8, _ = reference(q, k, math.log2(math.e) / math.sqrt(q.shape[-1]))
     s = torch.einsum("bind,bjnd->bnij", q8.double(), k8.double()) * f.double().permute(0, 2, 1)[..., None]
     p = torch.softmax(s * math.log(2.0), dim=-1)  # 2^s, normalized
     return (p @ v.double().transpose(1, 2)).transpose(1, 2)

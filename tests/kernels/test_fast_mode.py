@@ -58,7 +58,7 @@ def _sample(dit, latents, cond, uncond):
 # the defaults, then INT8 attention with either P V, then every FP8 family with the last block exact
 @pytest.mark.parametrize("fast", [
     FastConfig(), FastConfig(int8_attention=True), FastConfig(int8_attention=True, pv_fp8=True),
-    FastConfig(linears=LINEARS, int8_attention=True, exact_blocks=(-1,)),
+    FastConfig(linears=LINEARS, int8_attention=True, pv_fp8=True, exact_blocks=(-1,)),
 ], ids=["defaults", "int8-attn-pv-bf16", "int8-attn-pv-e4m3", "all-last-exact"])
 def test_ten_steps_within_5x_bf16(setup, fast, monkeypatch):
     monkeypatch.setattr(_dispatch, "INTERPRET", False)  # CPU tensors: the torch references
@@ -87,6 +87,13 @@ def test_apply_and_revert(setup, monkeypatch):
     assert 0 < rel_l2(fast_out, exact_out) < 5e-2
 
 
+def test_exact_blocks_range_is_checked_with_a_short_message():
+    FastConfig.parse("exact_blocks=0,-2,1").check_blocks(2)  # in range: no error
+    cfg = FastConfig.parse("exact_blocks=0,-2," + "9" * 500)
+    with pytest.raises(UsageError, match=r"exact_blocks 9{57}\.\.\. out of range for 30 blocks"):
+        cfg.check_blocks(30)
+
+
 def test_rejects_bad_config():
     with pytest.raises(UsageError, match="unknown fast-mode linears"):
         FastConfig(linears=("qkv", "ffn"))
@@ -108,14 +115,44 @@ def test_spec_parses_groups_flags_and_round_trips():
     assert FastConfig.parse("int8_attention=AUTO") == FastConfig()
 
 
-def test_int8_attention_auto_only_on_hopper():
-    """``auto`` (the default) runs INT8 Q K^T where our Hopper kernel does (not with e4m3 P V,
-    which only attention_int8 has); true and false whatever the backend."""
+def test_attention_kernel_choice():
+    """``auto`` (the default) runs INT8 Q K^T only where our Hopper kernel does; true runs it
+    everywhere (attention_int8 off the Hopper kernel and for e4m3 P V, which only it has)."""
     hopper, sdpa = AttentionBackend.HOPPER, AttentionBackend.SDPA
-    assert FastConfig().int8_attention_on(hopper) and not FastConfig().int8_attention_on(sdpa)
-    assert not FastConfig(pv_fp8=True).int8_attention_on(hopper)
-    assert FastConfig(int8_attention=True).int8_attention_on(sdpa)
-    assert not FastConfig(int8_attention=False).int8_attention_on(hopper)
+    assert FastConfig().attention_kernel(hopper) == "hopper" and FastConfig().attention_kernel(sdpa) is None
+    assert FastConfig(int8_attention=True).attention_kernel(hopper) == "hopper"
+    assert FastConfig(int8_attention=True).attention_kernel(sdpa) == "attention_int8"
+    assert FastConfig(int8_attention=True, pv_fp8=True).attention_kernel(hopper) == "attention_int8"
+    assert FastConfig(int8_attention=False).attention_kernel(hopper) is None
+    with pytest.raises(ValueError, match="resolved"):
+        FastConfig().attention_kernel(AttentionBackend.AUTO)
+
+
+@pytest.mark.parametrize("backend, kernel", [("hopper", "hopper"), ("sdpa", None)])
+def test_fast_block_runs_the_chosen_attention(setup, backend, kernel, monkeypatch):
+    """The fast block's self-attention goes where attention_kernel says: our Hopper kernel's
+    INT8 variant (stubbed here: it needs an sm_90 GPU) on the hopper backend, the model's own
+    attention elsewhere."""
+    from wanscope.kernels import attention_hopper as hopper_module
+    from wanscope.wan import dit as dit_module
+
+    monkeypatch.setattr(_dispatch, "INTERPRET", False)
+    calls = []
+
+    def fake_hopper(q, k, v, qk_int8=False):
+        calls.append(qk_int8)
+        return torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+
+    monkeypatch.setattr(hopper_module, "attention_hopper", fake_hopper)
+    monkeypatch.setattr(dit_module, "resolve_backend", lambda *a: AttentionBackend(backend))
+    state, latents, *_ = setup
+    dit = apply_fast_mode(_build(state, torch.bfloat16), FastConfig())
+    ctx = torch.randn(1, CFG.text_len, CFG.text_dim).to(DEVICE, torch.bfloat16)
+    with torch.no_grad():
+        dit(latents, torch.tensor([500.0], device=DEVICE), ctx)
+    # per block: self-attention (INT8) then cross-attention (the model's own call, bf16)
+    assert calls == ([True, False] * CFG.num_layers if kernel == "hopper" else [])
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -123,7 +160,13 @@ def test_int8_attention_auto_only_on_hopper():
     ("pv=1", "expected KEY=VALUE with KEY one of linears, int8_attention"),
     ("pv_fp8", "expected KEY=VALUE"),
     ("pv_fp8=maybe", "pv_fp8='maybe' is not true or false$"),
+    ("pv_fp8=MayBe", "pv_fp8='MayBe' is not true or false$"),
     ("int8_attention=maybe", "int8_attention='maybe' is not true or false or auto"),
+    ("pv_fp8=yes", "pv_fp8=true .* needs int8_attention=true"),
+    ("linears=", "linears= needs names or groups"),
+    ("linears=,,", "linears= needs names or groups"),
+    ("exact_blocks=1_0", "exact_blocks='1_0' is not a comma-separated list"),
+    ("bogus" + "x" * 500, "spec 'bogusx{52}\\.\\.\\.': expected KEY=VALUE"),
     ("exact_blocks=0,last", "is not a comma-separated list of integers"),
     ("pv_fp8=1 pv_fp8=0", "pv_fp8 given twice"),
 ])

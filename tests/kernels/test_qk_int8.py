@@ -41,7 +41,7 @@ def _assert_ints_close(a, b):
 def test_kernel_matches_reference(shape):
     q, k = _inputs(*shape)
     q8, f, k8, kn = quantize_qk_int8(q, k, C)
-    rq8, rf, rk8, rkn = reference(q, k, C)
+    rq8, rf, rk8, _ = reference(q, k, C)
     b, lq, lk, n, d = shape
     assert q8.shape == (b, lq, n, d) and k8.shape == (b, lk, n, d) and q8.dtype == k8.dtype == torch.int8
     assert f.shape == (b, lq, n) and kn.shape == (b, n) and f.dtype == kn.dtype == torch.float32
@@ -63,14 +63,24 @@ def test_k_stats_kernel_matches_torch(lk, monkeypatch):
     assert torch.allclose(mu.cpu(), cpu_mu, rtol=1e-5, atol=1e-6) and torch.allclose(sk.cpu(), cpu_sk, rtol=1e-5)
 
 
-def test_strided_input_read_in_place():
-    """k as the second half of a [B, L, 2 N D] projection (the DiT's layout) gives the same ints."""
+def test_strided_and_head_major_inputs_give_the_same_ints():
+    """k as the second half of a [B, L, 2 N D] projection (the DiT's layout, read in place) and as
+    a head-major [B, N, L, D] view (copied first) give the contiguous k's ints."""
     q, k = _inputs(2, 70, 130, 3, 64)
     kv = torch.cat([torch.zeros_like(k), k], dim=2)  # [B, L, 2N, D]
     strided = kv[:, :, 3:]
     assert not strided.is_contiguous()
-    a, b_ = quantize_qk_int8(q, strided, C), quantize_qk_int8(q, k, C)
-    assert all(torch.equal(x, y) for x, y in zip(a, b_))
+    head_major = k.transpose(1, 2).contiguous().transpose(1, 2)
+    assert not head_major.is_contiguous()
+    want = quantize_qk_int8(q, k, C)
+    for other in (strided, head_major):
+        assert all(torch.equal(x, y) for x, y in zip(quantize_qk_int8(q, other, C), want))
+    assert all(torch.equal(x, y) for x, y in zip(k_stats(head_major), k_stats(k)))
+
+
+def test_default_scale_is_attentions():
+    q, k = _inputs(1, 3, 4, 1, 64)
+    assert torch.equal(quantize_qk_int8(q, k)[1], quantize_qk_int8(q, k, C)[1])  # C = log2(e) / sqrt(64)
 
 
 def test_reference_definition():

@@ -89,7 +89,7 @@ def _scores(s, QK8: gl.constexpr):
 
 
 @gluon.jit
-def _col(scale, QK8: gl.constexpr):
+def _per_row(scale, QK8: gl.constexpr):
     # the softmax scale for [BM, BN] scores: a scalar, or (QK8) one factor per row
     if QK8:
         return gl.expand_dims(scale, 1)
@@ -128,7 +128,7 @@ def _step(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o,
         s = _masked(s, j, Lk, BN, s_layout)
     m_new = gl.maximum(m, gl.max(s, axis=1) * qk_scale)
     alpha = gl.exp2(m - m_new)
-    p = gl.exp2(s * _col(qk_scale, QK8) - gl.expand_dims(m_new, 1))
+    p = gl.exp2(s * _per_row(qk_scale, QK8) - gl.expand_dims(m_new, 1))
     l = l * alpha + gl.sum(p, axis=1)
     o = warpgroup_mma_wait(0, deps=(o_tok,))
     mbarrier.arrive(v_empty.index(prev))
@@ -155,7 +155,7 @@ def _step_fixed(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero
     mbarrier.arrive(k_empty.index(stage))
     if MASK:
         s = _masked(s, j, Lk, BN, s_layout)
-    p = gl.exp2(s * _col(qk_scale, QK8) - gl.expand_dims(shift, 1))
+    p = gl.exp2(s * _per_row(qk_scale, QK8) - gl.expand_dims(shift, 1))
     o, l = warpgroup_mma_wait(0, deps=(o_tok, l_tok))
     mbarrier.arrive(v_empty.index(prev))
     p_op = gl.convert_layout(_round_p(p, False), p_layout)
@@ -186,7 +186,7 @@ def _online_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s
                  BN: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr, QK8: gl.constexpr,
                  s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
     # blocks 1.. with the online softmax, from block 0's scores s and row max m: (o, l)
-    p = gl.exp2(s * _col(qk_scale, QK8) - gl.expand_dims(m, 1))
+    p = gl.exp2(s * _per_row(qk_scale, QK8) - gl.expand_dims(m, 1))
     l = gl.sum(p, axis=1)
     p_op = gl.convert_layout(_round_p(p, FP16), p_layout)
     for j in range(1, n_kv - 1):
@@ -204,10 +204,12 @@ def _fixed_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s,
                 BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, QK8: gl.constexpr,
                 s_layout: gl.constexpr, p_layout: gl.constexpr):
     # _online_loop with the row shift m fixed (bf16 only): (o, l)
-    p = gl.exp2(s * _col(qk_scale, QK8) - gl.expand_dims(m, 1))
     shift = m
-    if QK8:  # the later blocks' S are the accumulator's bits, 1.5 * 2^23 above S
+    if QK8:  # every block's S as the accumulator's bits, 1.5 * 2^23 above S (block 0's re-added:
+        # exact), so the whole row sees one rounded shift
         shift = m + _MAGIC_F * qk_scale
+        s = s + _MAGIC_F
+    p = gl.exp2(s * _per_row(qk_scale, QK8) - gl.expand_dims(shift, 1))
     p_op = gl.convert_layout(_round_p(p, False), p_layout)
     l = gl.zeros([BM, 8], gl.float32, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                                  instr_shape=[16, 8, 16]))
@@ -225,7 +227,7 @@ def _fixed_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s,
 
 @gluon.jit
 def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-              o_ptr, o_row_stride, q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, q_scale_ptr, N, k_norm_max,
+              o_ptr, o_row_stride, q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max,
               use_fixed, BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
               FP16: gl.constexpr, QK8: gl.constexpr):
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -233,11 +235,14 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_read
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     q_i = q_smem.index(WG)
-    if QK8:  # S's accumulator starts at the offset's bits; qk_scale becomes the row factors f
+    if QK8:  # S's accumulator starts at the offset's bits; qk_scale becomes the row factors f.
+        # Rows past Lq (zero fill, or the next batch's q8) get f = 0: their scores are 0 (NaN
+        # where masked), never stored, and with bound = block-0 max = 0 they pass the fixed
+        # shift's test, so they do not send the warpgroup's real rows to the online softmax.
         zero_s = gl.full([BM, BN], _MAGIC, gl.int32, s_layout)
-        rows = q_row_in_batch + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
-        qk_scale = gl.load(q_scale_ptr + (o_row0 - q_row_in_batch + rows).to(gl.int64) * N + col // D,
-                           mask=rows < Lq, other=0.0)
+        i = gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
+        qk_scale = gl.load(row_factor_ptr + (o_row0 + i).to(gl.int64) * N + col // D, mask=q_row_in_batch + i < Lq,
+                           other=0.0)
     else:
         zero_s = gl.zeros([BM, BN], gl.float32, s_layout)
     o = gl.zeros([BM, D], gl.float32, o_layout)
@@ -253,7 +258,7 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_read
     m = gl.max(s, axis=1) * qk_scale
     if FP16:  # p up to 2^64 would overflow fp16's P: the online softmax only
         o, l = _online_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s, m, Lk, n_kv,
-                            qk_scale, BN, STAGES, FP16, False, s_layout, o_layout, p_layout)
+                            qk_scale, BN, STAGES, FP16, QK8, s_layout, o_layout, p_layout)
     else:
         # Fixed shift (see attention_hopper's docstring): c |q_i| max_j |k_j| bounds every score of
         # row i from above (Cauchy-Schwarz), block 0's max m bounds the row's max from below. Where
@@ -281,21 +286,21 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_read
 
 @gluon.jit
 def _consumer0(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, q_scale_ptr, N, k_norm_max, use_fixed,
+               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed,
                BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
                QK8: gl.constexpr):
     _consumer(0, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, q_scale_ptr, N, k_norm_max, use_fixed, BM, BN, D,
+              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed, BM, BN, D,
               STAGES, FP16, QK8)
 
 
 @gluon.jit
 def _consumer1(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, q_scale_ptr, N, k_norm_max, use_fixed,
+               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed,
                BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
                QK8: gl.constexpr):
     _consumer(1, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-              q_row_in_batch + BM, o_row0 + BM, col, Lq, Lk, n_kv, qk_scale, q_scale_ptr, N, k_norm_max, use_fixed, BM,
+              q_row_in_batch + BM, o_row0 + BM, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed, BM,
               BN, D, STAGES, FP16, QK8)
 
 
@@ -303,7 +308,7 @@ def _consumer1(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_emp
 # of 16) share one compiled kernel, halving the JIT a first forward waits for
 @gluon.jit(do_not_specialize=["Lk", "use_fixed"])
 def _attention_hopper_fwd_kernel(
-    q_desc, k_desc, v_desc, o_ptr, o_row_stride, Lq, Lk, N, qk_scale, q_scale_ptr, k_norm_max_ptr, use_fixed,
+    q_desc, k_desc, v_desc, o_ptr, o_row_stride, Lq, Lk, N, qk_scale, row_factor_ptr, k_norm_max_ptr, use_fixed,
     BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
     QK8: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
 ):
@@ -342,10 +347,10 @@ def _attention_hopper_fwd_kernel(
 
     gl.warp_specialize([
         (_consumer0, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, q_scale_ptr, N, k_norm_max, use_fixed, BM,
+                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed, BM,
                       BN, D, STAGES, FP16, QK8)),
         (_consumer1, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, q_scale_ptr, N, k_norm_max, use_fixed, BM,
+                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed, BM,
                       BN, D, STAGES, FP16, QK8)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
                    q_row, kv_row0, col, n_kv, BM, BN, STAGES)),
@@ -409,19 +414,22 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_int8: bool = Fa
     if out.numel() == 0:
         return out
     fp16 = q.dtype == torch.float16
+    if qk_int8 and fp16:
+        raise ValueError("qk_int8 needs bf16 inputs (P may exceed fp16's range on the fixed shift)")
     c = _LOG2E / math.sqrt(d)
     use_fixed = not fp16 and lk >= FIXED_MIN_KEYS
     if qk_int8:
         from wanscope.kernels.qk_int8 import quantize_qk_int8
 
-        q, q_scale, k, k_norms = quantize_qk_int8(q, k, c)
+        q, row_factor, k, k_norms = quantize_qk_int8(q, k, c)
     else:
-        q_scale = torch.empty(1, dtype=torch.float32, device=q.device)
-        k_norms = key_norm_max(k) if use_fixed else q_scale
+        unused = torch.empty(1, dtype=torch.float32, device=q.device)
+        row_factor = unused
+        k_norms = key_norm_max(k) if use_fixed else unused
     grid = (-(-lq // (2 * BLOCK_M)), b * n)
     _attention_hopper_fwd_kernel[grid](
         _descriptor(q, BLOCK_M), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N), out, n * d, lq, lk, n,
-        c, q_scale, k_norms, int(use_fixed),
+        c, row_factor, k_norms, int(use_fixed),
         BM=BLOCK_M, BN=BLOCK_N, D=d, STAGES=STAGES, FP16=fp16, QK8=qk_int8,
         CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS, num_warps=4)
     return out

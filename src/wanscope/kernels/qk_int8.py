@@ -1,6 +1,6 @@
 """INT8 q and k for the fast mode's ``Q K^T`` in ``attention_hopper(..., qk_int8=True)``.
 
-For q [B, Lq, N, D] and k [B, Lk, N, D] (bf16 or fp16, any row stride with unit last stride)
+For q [B, Lq, N, D] and k [B, Lk, N, D] (bf16, fp16 or fp32; read in place by their row stride)
 and the softmax scale ``c`` in log2 units (``log2(e) / sqrt(D)`` for attention)::
 
     mu[b, h]     = mean_t k[b, t, h, :]                      # smoothing (SageAttention): the
@@ -29,11 +29,14 @@ Ideas: SageAttention (Zhang et al. 2024, arXiv:2410.02367): INT8 ``Q K^T`` and k
 mean over tokens. Work: k is read twice (statistics, quantize) and q once, each written once as
 int8: ~0.35 GB moved at [1, 32760, 12, 128].
 
-On CUDA tensors (or CPU ones under Triton's interpreter) the quantize passes run one Triton
-kernel; otherwise the torch ``reference``, with the same arithmetic.
+On CUDA tensors (or CPU ones under Triton's interpreter) the passes run Triton kernels;
+otherwise the torch ``reference``, with the same formulas (an element may round to the
+neighbouring integer where the two order the fp32 operations differently).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import triton
@@ -41,6 +44,7 @@ import triton.language as tl
 
 from wanscope.kernels._dispatch import use_triton
 
+_LOG2E = 1.4426950408889634
 _MIN_AMAX = 1e-12  # a zero row or head quantizes to zeros with a finite scale
 ROWS = 64  # tokens per program of the quantize passes
 STAT_ROWS = 256  # tokens per program of k's statistics pass
@@ -104,14 +108,21 @@ def _quantize_head_rows_kernel(x_ptr, row_stride, L, N, mean_ptr, head_scale_ptr
         tl.store(norm_ptr + tl.program_id(0) * tl.num_programs(1) + bh, norm)
 
 
+def _heads_side_by_side(x: torch.Tensor) -> torch.Tensor:
+    """x [B, L, N, D] itself where the kernels can read it by its row stride (unit last stride,
+    each token's heads side by side, batches one after another), else a contiguous copy."""
+    b, l, n, d = x.shape
+    ok = x.stride(3) == 1 and (n == 1 or x.stride(2) == d) and (b == 1 or x.stride(0) == l * x.stride(1))
+    return x if ok else x.contiguous()
+
+
 def k_stats(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """k's smoothing mean and INT8 scale per (batch, head): [B, Lk, N, D] -> (mu [B, N, D] fp32,
     sk [B, N] fp32); see the module docstring. One Triton pass over k on CUDA (per-chunk partial
-    sums and extrema, then summed by torch in a fixed order), torch reductions otherwise.
-    ``k`` as ``quantize_qk_int8`` reads it (unit last stride, heads side by side, batches one
-    after another)."""
+    sums and extrema, then summed by torch in a fixed order), torch reductions otherwise."""
     b, lk, n, d = k.shape
     if use_triton(k):
+        k = _heads_side_by_side(k)
         chunks = triton.cdiv(lk, STAT_ROWS)
         parts = torch.empty((3, chunks, b * n, d), dtype=torch.float32, device=k.device)
         _k_stats_kernel[(chunks, b * n)](k, k.stride(1), lk, n, parts[0], parts[1], parts[2], D=d, ROWS=STAT_ROWS,
@@ -130,7 +141,7 @@ def _round(y: torch.Tensor) -> torch.Tensor:
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, c: float):
-    """The torch ops of ``quantize_qk_int8`` (same arguments and results)."""
+    """``quantize_qk_int8`` in torch ops (any layout; ``c`` given)."""
     mu, sk = k_stats(k)
     k8 = _round((k.float() - mu[:, None]) * (1.0 / sk[:, None, :, None]))
     amax = q.float().abs().amax(dim=-1).clamp_min(_MIN_AMAX)  # [B, Lq, N]
@@ -140,25 +151,27 @@ def reference(q: torch.Tensor, k: torch.Tensor, c: float):
     return q8, f, k8, kn
 
 
-def quantize_qk_int8(q: torch.Tensor, k: torch.Tensor, c: float):
+def quantize_qk_int8(q: torch.Tensor, k: torch.Tensor, c: float | None = None):
     """Quantize q and k for an INT8 ``Q K^T`` (the module docstring's formulas).
 
     Args:
         q: [B, Lq, N, D]; k: [B, Lk, N, D] (Lk >= 1); bf16, fp16 or fp32; D a power of 2 (the
             kernel's tile); read in place with unit last stride, each token's heads side by side
             and batches one after another, else copied.
-        c: the softmax scale in log2 units, folded into ``f``.
+        c: the softmax scale in log2 units, folded into ``f``; default ``log2(e) / sqrt(D)``,
+            attention's.
 
     Returns:
         ``(q8, f, k8, kn)``: q8 int8 [B, Lq, N, D] and k8 int8 [B, Lk, N, D], contiguous; f fp32
         [B, Lq, N] (the score factor per query row); kn fp32 [B, N] (the largest row norm of k8).
     """
+    if c is None:
+        c = _LOG2E / math.sqrt(q.shape[-1])
     if not use_triton(q):
         return reference(q, k, c)
     b, lq, n, d = q.shape
     lk = k.shape[1]
-    q, k = (x if x.stride(3) == 1 and x.stride(2) == d and (b == 1 or x.stride(0) == x.shape[1] * x.stride(1))
-            else x.contiguous() for x in (q, k))
+    q, k = _heads_side_by_side(q), _heads_side_by_side(k)
     mu, sk = k_stats(k)
     q8 = torch.empty(q.shape, dtype=torch.int8, device=q.device)
     k8 = torch.empty(k.shape, dtype=torch.int8, device=q.device)

@@ -8,6 +8,7 @@ it; rank 0 alone prints and writes the outputs.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
 import sys
@@ -59,6 +60,17 @@ def parse_device(name: str | None):
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise UsageError(f"--device {name}: there are {torch.cuda.device_count()} CUDA devices")
     return device
+
+
+def require_triton(what: str) -> None:
+    """Refuse, before any model loads, a run whose fused kernels need Triton where it is not
+    installed (the engine's CPU install has none; CUDA builds of torch bring it).
+
+    Raises:
+        UsageError: "``what`` the fused Triton kernels ...: pip install triton".
+    """
+    if importlib.util.find_spec("triton") is None:
+        raise UsageError(f"{what} the fused Triton kernels (their torch references on a CPU): pip install triton")
 
 
 def check_latents_path(path: Path, out: Path) -> None:
@@ -169,6 +181,8 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
     if fast_spec is not None and mode != "fast":
         raise UsageError("--fast SPEC configures the fast mode: add --mode fast")
     fast = FastConfig.parse(fast_spec or "") if mode == "fast" else None
+    if fast is not None:
+        require_triton("--mode fast runs")
     if fast is not None and kernels == "torch":
         raise UsageError("--mode fast runs the fused Triton kernels; drop --kernels torch")
     if fast is not None and parallel in ("ulysses", "cfg+ulysses"):
@@ -187,10 +201,13 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
     cfg_parallel = parallel is not None and parallel != "ulysses"
     cfg_auto = req.cfg == "auto"
     req = req.with_cfg_resolved(cfg, cfg_parallel)
+    dit_cfg = cfg.dit
     if checkpoint is not None:
         from wanscope.wan.weights import check_dit, detect_layout
 
-        check_dit(detect_layout(checkpoint).dit)  # a bad checkpoint fails before any model runs
+        dit_cfg = check_dit(detect_layout(checkpoint).dit)  # a bad checkpoint fails before any model runs
+    if fast is not None:
+        fast.check_blocks(dit_cfg.num_layers)
     ctx = None
     if parallel is not None:
         from wanscope.parallel import setup_from_env
@@ -205,7 +222,7 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
     check_backend(backend, device, torch_dtype, cfg.dit.head_dim)  # before a model loads
     if kernels == "triton" and device.type != "cuda":
         raise UsageError(f"--kernels triton needs a CUDA device (on {device.type} the fused ops would run as "
-                         "their torch references); use auto (the default) or torch")
+                         "their torch references); use auto (the default)" + ("" if fast else " or torch"))
     parts = Components(config=cfg, device=device, dtype=torch_dtype, checkpoint=checkpoint, attention_backend=backend,
                        kernels=kernels, fast=fast)
     attention_ran = resolve_backend(backend, device, torch_dtype, cfg.dit.head_dim).value

@@ -3,7 +3,6 @@ on a real checkpoint (``wan/compare.py``). Loaded lazily by the top-level group.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
@@ -12,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from wanscope.errors import InputError, UsageError
-from wanscope.wan.cli import build_request, parse_device
+from wanscope.errors import InputError
+from wanscope.wan.cli import build_request, parse_device, require_triton
 from wanscope.wan.config import ATTENTION_CHOICES, PRESETS, get_preset
 
 # Wan2.1's own T2V example prompt (official generate.py, EXAMPLE_PROMPT["t2v-1.3B"])
@@ -88,10 +87,8 @@ def compare_modes(checkpoint, prompt_args, prompts_file, preset, negative_prompt
     cfg = get_preset(preset)
     requests = [build_request(cfg, p, negative_prompt=negative_prompt, size=size, frames=frames, steps=steps,
                               seed=seed) for p in prompts or [DEFAULT_PROMPT]]
-    check_dit(detect_layout(checkpoint).dit)
-    if importlib.util.find_spec("triton") is None:
-        raise UsageError("both modes run the fused Triton kernels (their torch references on a CPU): "
-                         "pip install triton")
+    fast.check_blocks(check_dit(detect_layout(checkpoint).dit).num_layers)
+    require_triton("both modes run")
     device = parse_device(device)
     dtype = dtype or ("bf16" if device.type == "cuda" else "fp32")
     torch_dtype = DTYPES[dtype]

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from wanscope.errors import UsageError
 from wanscope.wan import ranges
-from wanscope.wan.attention import AttentionBackend, resolve_backend
+from wanscope.wan.attention import AttentionBackend
 from wanscope.wan.dit import WanDiT
 
 LINEARS = ("qkv", "o", "cross_q", "cross_o", "ffn_up", "ffn_down")
@@ -73,12 +73,12 @@ class FastConfig:
 
     Args:
         linears: the GEMMs run in FP8, a subset of ``LINEARS``.
-        int8_attention: self-attention with INT8 ``Q K^T`` (``int8_attention_on``, which kernel:
-            ``int8_attention``). ``"auto"``: where the model's attention backend resolves to
-            ``hopper`` (and ``pv_fp8`` is off) only, elsewhere the model's backend; True: always;
-            False: never.
-        pv_fp8: the INT8 attention's P V in e4m3 (``attention_int8`` only); without
-            ``int8_attention``, unused.
+        int8_attention: self-attention with INT8 ``Q K^T`` (which kernel: ``attention_kernel``).
+            ``"auto"``: where the model's attention backend resolves to ``hopper`` only (our
+            Hopper kernel's variant), elsewhere the model's backend; True: always (our Hopper
+            kernel's where it runs and ``pv_fp8`` is off, else ``attention_int8``); False: never.
+        pv_fp8: the INT8 attention's P V in e4m3, which only ``attention_int8`` has: needs
+            ``int8_attention=True``.
         exact_blocks: block indices kept exact (negative counts from the end: ``(0, -1)``).
         fast_accum: ``_scaled_mm`` fast accumulation (CUDA only).
     """
@@ -92,9 +92,19 @@ class FastConfig:
     def __post_init__(self):
         if self.int8_attention not in (True, False, "auto"):
             raise UsageError(f"int8_attention must be true, false or auto, got {self.int8_attention!r}")
+        if self.pv_fp8 and self.int8_attention is not True:
+            raise UsageError("fast-mode spec: pv_fp8=true (e4m3 P V, in attention_int8 only) needs int8_attention=true")
         unknown = set(self.linears) - set(LINEARS)
         if unknown:
-            raise UsageError(f"unknown fast-mode linears {sorted(unknown)}; known: {', '.join(LINEARS)}")
+            raise UsageError(f"unknown fast-mode linears {sorted(unknown)}; known: {', '.join(LINEARS)} "
+                             f"and the groups {', '.join(LINEAR_GROUPS)}")
+
+    def check_blocks(self, num_blocks: int) -> None:
+        """Refuse ``exact_blocks`` outside a DiT of ``num_blocks`` blocks (UsageError)."""
+        bad = [i for i in self.exact_blocks if not -num_blocks <= i < num_blocks]
+        if bad:
+            raise UsageError(f"fast-mode spec: exact_blocks {_clip(','.join(map(str, bad)))} out of range for "
+                             f"{num_blocks} blocks")
 
     @classmethod
     def parse(cls, spec: str) -> FastConfig:
@@ -114,17 +124,25 @@ class FastConfig:
         for item in filter(None, re.split(r"[\s;]+", spec.strip())):
             key, sep, text = item.partition("=")
             if not sep or key not in known:
-                raise UsageError(f"fast-mode spec {item!r}: expected KEY=VALUE with KEY one of {', '.join(known)}")
+                raise UsageError(f"fast-mode spec {_clip(item)!r}: expected KEY=VALUE with KEY one of "
+                                 f"{', '.join(known)}")
             if key in values:
                 raise UsageError(f"fast-mode spec: {key} given twice")
-            values[key] = _parse_field(key, text.strip().lower())
+            values[key] = _parse_field(key, text.strip())
         return cls(**values)
 
-    def int8_attention_on(self, backend: AttentionBackend) -> bool:
-        """Whether self-attention runs with INT8 ``Q K^T`` on this resolved backend."""
+    def attention_kernel(self, backend: AttentionBackend) -> str | None:
+        """The self-attention kernel of the fast mode on this resolved backend: ``"hopper"``
+        (``attention_hopper(..., qk_int8=True)``), ``"attention_int8"``, or None (the model's
+        backend, exact)."""
+        if backend is AttentionBackend.AUTO:
+            raise ValueError("attention_kernel needs a resolved backend, not auto")
+        on_hopper = backend is AttentionBackend.HOPPER and not self.pv_fp8
         if self.int8_attention == "auto":
-            return backend is AttentionBackend.HOPPER and not self.pv_fp8
-        return self.int8_attention
+            return "hopper" if on_hopper else None
+        if self.int8_attention:
+            return "hopper" if on_hopper else "attention_int8"
+        return None
 
     def spec(self) -> str:
         """The config as ``parse`` reads it, every field written out."""
@@ -139,8 +157,16 @@ class FastConfig:
         return " ".join(parts)
 
 
-def _parse_field(key: str, text: str):
+def _clip(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters for an error line."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _parse_field(key: str, raw: str):
+    text = raw.lower()
     if key == "linears":
+        if not text.strip(","):
+            raise UsageError("fast-mode spec: linears= needs names or groups (none for no FP8 linears)")
         names: list[str] = []
         for name in filter(None, text.split(",")):
             for linear in LINEAR_GROUPS.get(name, (name,)):
@@ -150,16 +176,15 @@ def _parse_field(key: str, text: str):
     if key == "exact_blocks":
         if text == "none":
             return ()
-        try:
-            return tuple(int(i) for i in text.split(","))
-        except ValueError:
-            raise UsageError(f"fast-mode spec: exact_blocks={text!r} is not a comma-separated list of "
-                             "integers") from None
+        if not re.fullmatch(r"-?[0-9]+(,-?[0-9]+)*", text):
+            raise UsageError(f"fast-mode spec: exact_blocks={_clip(raw)!r} is not a comma-separated list of "
+                             "integers")
+        return tuple(int(i) for i in text.split(","))
     if key == "int8_attention" and text == "auto":
         return text
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
-    raise UsageError(f"fast-mode spec: {key}={text!r} is not true or false"
+    raise UsageError(f"fast-mode spec: {key}={_clip(raw)!r} is not true or false"
                      + (" or auto" if key == "int8_attention" else ""))
 
 
@@ -198,8 +223,7 @@ def apply_fast_mode(dit: WanDiT, cfg: FastConfig = FastConfig()) -> WanDiT:
     if dit.sequence_parallel is not None:
         raise UsageError("the fast mode does not run under sequence parallelism yet")
     n = len(dit.blocks)
-    if any(not -n <= i < n for i in cfg.exact_blocks):
-        raise UsageError(f"exact_blocks {cfg.exact_blocks} out of range for {n} blocks")
+    cfg.check_blocks(n)
     exact = {i % n for i in cfg.exact_blocks}
     dit.kernels = "triton"  # fuses q/k/v and resets every block to the exact fused forward
     for i, block in enumerate(dit.blocks):
@@ -223,12 +247,10 @@ def _linear(fast: FastBlock, name: str, lin_weight, lin_bias, h):
     return fast.linears[name](h) if name in fast.linears else F.linear(h, lin_weight, lin_bias)
 
 
-def int8_attention(q, k, v, pv_fp8: bool, backend: AttentionBackend | str):
-    """The fast mode's self-attention with INT8 ``Q K^T`` (``FastConfig.int8_attention``): our
-    Hopper kernel's INT8 variant where ``backend`` resolves to ``hopper`` for these inputs and
-    ``pv_fp8`` is off, else ``attention_int8``. q, k, v [B, L, N, D] -> [B, L, N, D]."""
-    backend = resolve_backend(AttentionBackend(backend), q.device, q.dtype, q.shape[-1])
-    if backend is AttentionBackend.HOPPER and not pv_fp8:
+def int8_self_attention(kernel: str, q, k, v, pv_fp8: bool):
+    """Run the INT8 ``Q K^T`` self-attention ``kernel`` that ``FastConfig.attention_kernel``
+    named: q, k, v [B, L, N, D] -> [B, L, N, D]."""
+    if kernel == "hopper":
         from wanscope.kernels.attention_hopper import attention_hopper
 
         return attention_hopper(q, k, v, qk_int8=True)
@@ -238,8 +260,9 @@ def int8_attention(q, k, v, pv_fp8: bool, backend: AttentionBackend | str):
 
 
 def _attend(attn, fast: FastBlock, q, k, v, backend):
-    if fast.cfg.int8_attention_on(backend):
-        return int8_attention(q, k, v, fast.cfg.pv_fp8, backend)
+    kernel = fast.cfg.attention_kernel(backend)
+    if kernel is not None:
+        return int8_self_attention(kernel, q, k, v, fast.cfg.pv_fp8)
     return attn.attend(q, k, v, backend)
 
 

@@ -69,8 +69,9 @@ at the bits of the fp32 1.5 * 2^23: read as fp32, its bits are 1.5 * 2^23 + S ex
 128 * 127^2 < 2^22), so no int-to-float conversion runs and the offset folds into the fixed
 shift (p = 2^(bits f_i - (m_i + 1.5 * 2^23 f_i)), still one FFMA per score) or into one FADD (online
 softmax). The bound of the fixed shift uses the quantized vectors' norms, an exact bound on the
-scores the kernel computes. P V stays bf16. Measured (same H200 and layout, benchmarks/RESULTS.md
-"INT8 Q K^T"): 8.43 ms with the quantization (0.30 ms) against 9.47 ms bf16 and 11.59 ms cuDNN;
+scores the kernel computes. P V stays bf16. Measured (same H200 and layout, two runs of
+``benchmarks/attention_sweep.py --skip-int8 --skip-flash``, benchmarks/RESULTS.md "INT8 Q K^T"):
+7.05-7.69 ms with the quantization (~0.3-0.45 ms) against 9.17-9.64 ms bf16 and 11.49-11.67 ms cuDNN;
 error vs float64 1.40e-2 for q, k, v ~ N(0, 1) (6x cuDNN's), 4.2e-3 on the DiT's own first-block
 inputs (2.5x the exact kernel's); the DiT forward's error is unchanged (1.45x the exact path's,
 from the FP8 GEMMs).

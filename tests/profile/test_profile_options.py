@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 from wanscope.cli import main  # noqa: E402
 from wanscope.profile.cli import profile  # noqa: E402
 from wanscope.profile.options import resolve  # noqa: E402
+from wanscope.wan.precision import FastConfig  # noqa: E402
 
 
 def test_defaults_by_machine():
@@ -55,6 +56,14 @@ def test_child_arguments_reproduce_the_options(cuda, cfg):
     assert (opts.height, opts.width, opts.profiled_steps) == (720, 1280, [2, 3, 4, 5])
 
 
+def test_fast_mode_options():
+    opts = resolve(False, mode="fast", fast="exact_blocks=0")
+    assert (opts.kernels, opts.fast) == ("triton", FastConfig.parse("exact_blocks=0").spec())
+    assert resolve(False).fast is None and resolve(False).kernels == "torch"
+    ctx = profile.make_context("profile", opts.cli_args())
+    assert (ctx.params["mode"], ctx.params["fast_spec"], ctx.params["kernels"]) == ("fast", opts.fast, "triton")
+
+
 BAD = [
     (["--warmup", "3"], "--warmup 3 + --profile-steps 3 exceed the 4-step schedule; raise --steps or lower them"),
     (["--profile-steps", "0"], "--profile-steps must be >= 1, got 0"),
@@ -66,6 +75,11 @@ BAD = [
      "--compare-compile runs eager and compiled under torch.profiler: not with --compile, --nsys or --ncu"),
     (["--compare-compile", "--warmup", "0"],
      "--compare-compile needs --warmup >= 1: compilation would land in the profiled steps"),
+    (["--fast", "linears=o"], "--fast SPEC configures the fast mode: add --mode fast"),
+    (["--mode", "fast", "--kernels", "torch"], "--mode fast runs the fused Triton kernels; drop --kernels torch"),
+    (["--mode", "fast", "--fast", "pv_fp8=yes"],
+     "fast-mode spec: pv_fp8=true (e4m3 P V, in attention_int8 only) needs int8_attention=true"),
+    (["--mode", "fast", "--fast", "exact_blocks=7"], "fast-mode spec: exact_blocks 7 out of range for 2 blocks"),
 ]
 if not torch.cuda.is_available():
     BAD += [

@@ -52,8 +52,14 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
               help=f"Cond and uncond as two forwards or one B=2 forward. Default: auto, batched up to "
                    f"{CFG_BATCHED_MAX_TOKENS:,} DiT tokens (tiny; 416x240x21), sequential above (832x480x81); "
                    f"sequential under --parallel cfg.")
-@click.option("--kernels", type=click.Choice(defaults.KERNELS), default="torch", show_default=True,
-              help="DiT ops: the torch reference or the fused Triton kernels (wanscope.kernels).")
+@click.option("--kernels", type=click.Choice(defaults.KERNELS), default=None,
+              help="DiT ops: the torch reference or the fused Triton kernels (wanscope.kernels). "
+                   "Default: torch; triton with --mode fast.")
+@click.option("--mode", type=click.Choice(["exact", "fast"]), default="exact", show_default=True,
+              help="fast: profile the fast mode (FP8 GEMMs, INT8 Q K^T on our Hopper kernel), as generate --mode fast.")
+@click.option("--fast", "fast_spec", default=None, metavar="SPEC",
+              help="With --mode fast: its config over the defaults (keys: linears, int8_attention, pv_fp8, "
+                   "exact_blocks, fast_accum).")
 @click.option("--legacy-step-lookup", is_flag=True,
               help="The sampler finds its step index with a device .item() (one host sync per step).")
 @click.option("--nsys", is_flag=True, help="Capture with Nsight Systems instead of torch.profiler (needs CUDA).")
@@ -71,8 +77,8 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
 @click.option("--child", type=click.Choice(["nsys", "ncu"]), hidden=True)
 @click.option("--run-info", type=click.Path(dir_okay=False, path_type=Path), hidden=True)
 def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, profile_steps, compile_, attention,
-            cfg, kernels, legacy_step_lookup, nsys, ncu, compare_compile, parallel, dist_timeout, out_dir, child,
-            run_info):
+            cfg, kernels, mode, fast_spec, legacy_step_lookup, nsys, ncu, compare_compile, parallel, dist_timeout,
+            out_dir, child, run_info):
     """Profile Wan2.1 denoising steps and report what limits them.
 
     Runs --warmup denoising steps of the real --steps schedule, profiles the next
@@ -89,13 +95,20 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
 
     cuda = torch.cuda.is_available()
     opts = resolve(cuda, preset, checkpoint, random_weights, size, frames, steps, warmup, profile_steps,
-                   compile_, attention, cfg, legacy_step_lookup, kernels, parallel)
+                   compile_, attention, cfg, legacy_step_lookup, kernels, parallel, mode, fast_spec)
     cfg_model = PRESETS[opts.preset]
     request(opts).validate(cfg_model.vae.stride, cfg_model.dit.patch_size)
+    dit_cfg = cfg_model.dit
     if checkpoint is not None:
         from wanscope.wan.weights import check_dit, detect_layout
 
-        check_dit(detect_layout(checkpoint).dit)  # a bad checkpoint fails before any model runs
+        dit_cfg = check_dit(detect_layout(checkpoint).dit)  # a bad checkpoint fails before any model runs
+    if opts.fast is not None:
+        from wanscope.wan.cli import require_triton
+        from wanscope.wan.precision import FastConfig
+
+        require_triton("--mode fast runs")
+        FastConfig.parse(opts.fast).check_blocks(dit_cfg.num_layers)
     if child:
         run_child(opts, child, run_info)
         return

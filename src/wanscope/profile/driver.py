@@ -29,6 +29,7 @@ from wanscope.parallel.ulysses import shard_dit
 from wanscope.profile.options import PROMPT, ProfileOptions
 from wanscope.wan.attention import parse_backend
 from wanscope.wan.config import get_preset
+from wanscope.wan.precision import FastConfig
 from wanscope.wan.pipeline import (DTYPES, Components, Request, denoise, encode_prompts, initial_noise,
                                    latent_shape, release)
 from wanscope.wan.sampler import FlowSampler, flow_schedule
@@ -71,6 +72,7 @@ def components(opts: ProfileOptions, device: torch.device | None = None) -> Comp
     return Components(
         config=get_preset(opts.preset), device=device or torch.device(opts.device), dtype=DTYPES[opts.dtype],
         checkpoint=opts.checkpoint, attention_backend=parse_backend(opts.attention), kernels=opts.kernels,
+        fast=None if opts.fast is None else FastConfig.parse(opts.fast),
     )
 
 

@@ -42,6 +42,8 @@ class ProfileOptions:
             (one B=2 forward).
         cfg_auto: ``cfg`` was chosen by ``--cfg auto`` (``wan/config.py`` ``resolve_cfg``).
         kernels: ``torch`` (reference ops) or ``triton`` (the fused kernels of ``wanscope.kernels``).
+        fast: the fast mode's config as ``FastConfig.spec()`` text (``wan/precision.py``), or None
+            for the exact mode.
         legacy_step_lookup: the sampler finds its step index with a device ``.item()``.
         device: ``cuda`` or ``cpu``; dtype: ``bf16`` (CUDA) or ``fp32`` (CPU).
     """
@@ -62,6 +64,7 @@ class ProfileOptions:
     dtype: str
     kernels: str = "torch"
     cfg_auto: bool = False
+    fast: str | None = None
 
     @property
     def random_weights(self) -> bool:
@@ -90,6 +93,8 @@ class ProfileOptions:
             args.append("--compile")
         if self.legacy_step_lookup:
             args.append("--legacy-step-lookup")
+        if self.fast is not None:
+            args += ["--mode", "fast", "--fast", self.fast]
         return args
 
 
@@ -107,8 +112,10 @@ def resolve(
     attention: str = "auto",
     cfg: str | None = None,
     legacy_step_lookup: bool = False,
-    kernels: str = "torch",
+    kernels: str | None = None,
     parallel: str | None = None,
+    mode: str = "exact",
+    fast: str | None = None,
 ) -> ProfileOptions:
     """Fill in the defaults and check the options against each other.
 
@@ -116,11 +123,16 @@ def resolve(
         cuda: whether a CUDA device is available (picks the default preset, device, dtype).
         cfg: ``auto`` (the preset's default) resolves by the DiT's token count.
         parallel: the ``--parallel`` mode; under CFG parallel ``auto`` is ``sequential``.
+        kernels: None is ``torch``, or ``triton`` in the fast mode (which runs the fused kernels).
+        mode: ``exact`` or ``fast``; fast: the fast mode's spec over its defaults
+            (``FastConfig.parse``; parsed here, which imports torch).
         Others: as the command-line options; None takes the preset's value.
 
     Raises:
         UsageError: both --checkpoint and --random-weights, a bad size, negative or too many
-            steps (warm-up + profiled steps beyond the schedule), an unknown name.
+            steps (warm-up + profiled steps beyond the schedule), an unknown name, a bad fast-mode
+            spec, ``--fast`` without ``--mode fast``, the fast mode with ``--kernels torch`` or
+            under Ulysses.
     """
     if checkpoint is not None and random_weights:
         raise UsageError("give --checkpoint DIR or --random-weights, not both")
@@ -142,6 +154,20 @@ def resolve(
         )
     if attention not in ATTENTION_CHOICES:
         raise UsageError(f"unknown attention backend {attention!r}; known: {', '.join(ATTENTION_CHOICES)}")
+    if mode not in ("exact", "fast"):
+        raise UsageError(f"unknown mode {mode!r}; known: exact, fast")
+    if fast is not None and mode != "fast":
+        raise UsageError("--fast SPEC configures the fast mode: add --mode fast")
+    if mode == "fast":
+        if kernels == "torch":
+            raise UsageError("--mode fast runs the fused Triton kernels; drop --kernels torch")
+        if parallel in ("ulysses", "cfg+ulysses"):
+            raise UsageError(f"--mode fast does not run under --parallel {parallel} (Ulysses) yet; use --parallel cfg")
+        from wanscope.wan.precision import FastConfig
+
+        fast = FastConfig.parse(fast or "").spec()
+        kernels = "triton"
+    kernels = kernels or "torch"
     if kernels not in KERNELS:
         raise UsageError(f"unknown kernels {kernels!r}; known: {', '.join(KERNELS)}")
     frames = sampling.frames if frames is None else frames
@@ -152,5 +178,5 @@ def resolve(
         warmup=warmup, profile_steps=profile_steps, compile=compile, attention=attention,
         cfg=resolve_cfg(cfg, dit_tokens(config, height, width, frames), cfg_parallel),
         legacy_step_lookup=legacy_step_lookup, device="cuda" if cuda else "cpu",
-        dtype="bf16" if cuda else "fp32", kernels=kernels, cfg_auto=cfg == "auto",
+        dtype="bf16" if cuda else "fp32", kernels=kernels, cfg_auto=cfg == "auto", fast=fast,
     )

@@ -62,6 +62,8 @@ def cfg_note(run: dict) -> str:
 def notes(run: dict) -> list[str]:
     out = [run["note"]] if run["note"] else []
     out.append(PROFILER_SYNC_NOTE if run["device"] == "cuda" else CPU_NOTE)
+    if run.get("mode") == "fast":
+        out.append(f"Fast mode, not exact (FP8 GEMMs, INT8 Q K^T where our Hopper kernel runs): {run['fast']}.")
     if run["kernels"] == "triton" and run["device"] == "cpu":
         from wanscope.kernels._dispatch import INTERPRET
 

@@ -62,6 +62,7 @@ def static_info(opts: ProfileOptions, capture: str, parallel: ParallelContext | 
         "schedule_steps": opts.steps, "warmup_steps": opts.warmup, "profiled_steps": opts.profiled_steps,
         "solver": req.solver, "guidance": req.guidance, "cfg": opts.cfg, "cfg_auto": opts.cfg_auto,
         "attention": opts.attention, "kernels": opts.kernels,
+        "mode": "exact" if opts.fast is None else "fast", "fast": opts.fast,
         "compile": opts.compile, "legacy_step_lookup": opts.legacy_step_lookup,
         "device": opts.device, "dtype": opts.dtype, "capture": capture,
         "versions": versions(), "gpu": gpu(),

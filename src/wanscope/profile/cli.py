@@ -104,10 +104,8 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
 
         dit_cfg = check_dit(detect_layout(checkpoint).dit)  # a bad checkpoint fails before any model runs
     if opts.fast is not None:
-        from wanscope.wan.cli import require_triton
         from wanscope.wan.precision import FastConfig
 
-        require_triton("--mode fast runs")
         FastConfig.parse(opts.fast).check_blocks(dit_cfg.num_layers)
     if child:
         run_child(opts, child, run_info)

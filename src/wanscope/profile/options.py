@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from wanscope.errors import UsageError
-from wanscope.wan.cli import parse_size
+from wanscope.wan.cli import fast_mode, parse_size
 from wanscope.wan.config import ATTENTION_CHOICES, dit_tokens, get_preset, resolve_cfg
 
 CUDA_PRESET = "wan2.1-t2v-1.3b"
@@ -125,14 +125,13 @@ def resolve(
         parallel: the ``--parallel`` mode; under CFG parallel ``auto`` is ``sequential``.
         kernels: None is ``torch``, or ``triton`` in the fast mode (which runs the fused kernels).
         mode: ``exact`` or ``fast``; fast: the fast mode's spec over its defaults
-            (``FastConfig.parse``; parsed here, which imports torch).
+            (``wan.cli.fast_mode``: parsed here, which imports torch).
         Others: as the command-line options; None takes the preset's value.
 
     Raises:
         UsageError: both --checkpoint and --random-weights, a bad size, negative or too many
             steps (warm-up + profiled steps beyond the schedule), an unknown name, a bad fast-mode
-            spec, ``--fast`` without ``--mode fast``, the fast mode with ``--kernels torch`` or
-            under Ulysses.
+            spec, or the fast mode where it cannot run (``wan.cli.fast_mode``).
     """
     if checkpoint is not None and random_weights:
         raise UsageError("give --checkpoint DIR or --random-weights, not both")
@@ -156,18 +155,9 @@ def resolve(
         raise UsageError(f"unknown attention backend {attention!r}; known: {', '.join(ATTENTION_CHOICES)}")
     if mode not in ("exact", "fast"):
         raise UsageError(f"unknown mode {mode!r}; known: exact, fast")
-    if fast is not None and mode != "fast":
-        raise UsageError("--fast SPEC configures the fast mode: add --mode fast")
-    if mode == "fast":
-        if kernels == "torch":
-            raise UsageError("--mode fast runs the fused Triton kernels; drop --kernels torch")
-        if parallel in ("ulysses", "cfg+ulysses"):
-            raise UsageError(f"--mode fast does not run under --parallel {parallel} (Ulysses) yet; use --parallel cfg")
-        from wanscope.wan.precision import FastConfig
-
-        fast = FastConfig.parse(fast or "").spec()
-        kernels = "triton"
-    kernels = kernels or "torch"
+    fast_cfg = fast_mode(mode, fast, kernels, parallel)
+    fast = None if fast_cfg is None else fast_cfg.spec()
+    kernels = kernels or ("torch" if fast_cfg is None else "triton")
     if kernels not in KERNELS:
         raise UsageError(f"unknown kernels {kernels!r}; known: {', '.join(KERNELS)}")
     frames = sampling.frames if frames is None else frames

@@ -73,6 +73,31 @@ def require_triton(what: str) -> None:
         raise UsageError(f"{what} the fused Triton kernels (their torch references on a CPU): pip install triton")
 
 
+def fast_mode(mode: str, spec: str | None, kernels: str | None, parallel: str | None):
+    """The fast mode's ``FastConfig`` from ``--mode``/``--fast`` (None for ``--mode exact``), with
+    the checks that generate and profile share, before any model loads. Imports torch (through
+    ``wan/precision.py``) only for ``--mode fast``.
+
+    Raises:
+        UsageError: ``--fast`` without ``--mode fast``, a bad spec, no Triton installed,
+            ``--kernels torch`` (the fast mode runs the fused kernels), or a Ulysses ``--parallel``
+            mode (the fast blocks bypass its all-to-alls).
+    """
+    if spec is not None and mode != "fast":
+        raise UsageError("--fast SPEC configures the fast mode: add --mode fast")
+    if mode != "fast":
+        return None
+    from wanscope.wan.precision import FastConfig
+
+    fast = FastConfig.parse(spec or "")
+    require_triton("--mode fast runs")
+    if kernels == "torch":
+        raise UsageError("--mode fast runs the fused Triton kernels; drop --kernels torch")
+    if parallel in ("ulysses", "cfg+ulysses"):
+        raise UsageError(f"--mode fast does not run under --parallel {parallel} (Ulysses) yet; use --parallel cfg")
+    return fast
+
+
 def check_latents_path(path: Path, out: Path) -> None:
     """Refuse a ``--save-latents`` path that cannot be written or that is one of the outputs."""
     from wanscope.wan.video import check_target, side_paths
@@ -170,7 +195,6 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
 
     from wanscope.wan.attention import check_backend, parse_backend, resolve_backend
     from wanscope.wan.pipeline import DTYPES, Components, generate as run
-    from wanscope.wan.precision import FastConfig
     from wanscope.wan.video import check_outputs, write_outputs
 
     if (checkpoint is None) == (not random_weights):
@@ -178,15 +202,7 @@ def generate(checkpoint, random_weights, preset, prompt, negative_prompt, size, 
     check_outputs(out)
     if save_latents is not None:
         check_latents_path(save_latents, out)
-    if fast_spec is not None and mode != "fast":
-        raise UsageError("--fast SPEC configures the fast mode: add --mode fast")
-    fast = FastConfig.parse(fast_spec or "") if mode == "fast" else None
-    if fast is not None:
-        require_triton("--mode fast runs")
-    if fast is not None and kernels == "torch":
-        raise UsageError("--mode fast runs the fused Triton kernels; drop --kernels torch")
-    if fast is not None and parallel in ("ulysses", "cfg+ulysses"):
-        raise UsageError(f"--mode fast does not run under --parallel {parallel} (Ulysses) yet; use --parallel cfg")
+    fast = fast_mode(mode, fast_spec, kernels, parallel)
     if parallel is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UsageError(f"launched as {os.environ['WORLD_SIZE']} processes without --parallel; "
                          f"give --parallel {'|'.join(PARALLEL_MODES)}")

@@ -61,11 +61,9 @@ def check_outputs(out: Path) -> None:
         raise InputError(out, "is not a file name; give a path such as video.mp4")
     if out.suffix.lower() in (".png", ".json"):
         raise InputError(out, f"the {out.suffix} written next to the video would overwrite it; give a .mp4 path")
-    check_target(out)
     sheet, sidecar, frames = side_paths(out)
-    for path in (sheet, sidecar):
-        if path.is_dir():
-            raise InputError(path, "is a directory, where an output file goes")
+    for path in (out, sheet, sidecar):
+        check_target(path)
     if frames.is_dir() and not _frames_only(frames):
         raise InputError(frames, "holds files other than PNG frames; it would be replaced")
 

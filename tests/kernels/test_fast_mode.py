@@ -106,12 +106,12 @@ def test_spec_parses_groups_flags_and_round_trips():
     assert cfg == FastConfig(linears=("ffn_up", "ffn_down", "qkv"), exact_blocks=(0, -1), pv_fp8=False,
                              int8_attention=True)
     assert cfg.spec() == ("linears=ffn_up,ffn_down,qkv int8_attention=true pv_fp8=false exact_blocks=0,-1 "
-                          "fast_accum=false")
+                          "fast_accum=true")
     assert FastConfig.parse(cfg.spec()) == cfg and FastConfig.parse("") == FastConfig()
     assert FastConfig.parse("linears=none exact_blocks=none") == FastConfig(linears=())
     assert FastConfig.parse("linears=all,o").linears == LINEARS
-    assert FastConfig().spec() == ("linears=qkv,ffn_up int8_attention=auto pv_fp8=false exact_blocks=none "
-                                   "fast_accum=false")
+    assert FastConfig().spec() == ("linears=qkv,ffn_up,ffn_down int8_attention=auto pv_fp8=false "
+                                   "exact_blocks=none fast_accum=true")
     assert FastConfig.parse("int8_attention=AUTO") == FastConfig()
 
 

@@ -40,7 +40,7 @@ def test_profile_fast_mode(tmp_path):
                        capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     run = json.loads((tmp_path / "report.json").read_text())["run"]
-    spec = "linears=qkv,ffn_up int8_attention=auto pv_fp8=false exact_blocks=-1 fast_accum=false"
+    spec = "linears=qkv,ffn_up,ffn_down int8_attention=auto pv_fp8=false exact_blocks=-1 fast_accum=true"
     assert (run["mode"], run["fast"], run["kernels"]) == ("fast", spec, "triton")
     assert f"Fast mode, not exact (FP8 GEMMs, INT8 Q K^T where our Hopper kernel runs): {spec}." in " ".join(
         r.stdout.split())

@@ -84,7 +84,7 @@ def test_generate_fast_mode(tmp_path):
     assert r.returncode == 0, r.stderr
     info = json.loads(out.with_suffix(".json").read_text())
     assert info["mode"] == "fast" and info["kernels_ran"] == "triton"
-    assert info["fast"] == "linears=qkv,ffn_up int8_attention=auto pv_fp8=false exact_blocks=-1 fast_accum=false"
+    assert info["fast"] == "linears=qkv,ffn_up,ffn_down int8_attention=auto pv_fp8=false exact_blocks=-1 fast_accum=true"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "x.mp4", "x.png"]
 
 

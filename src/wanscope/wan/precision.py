@@ -62,14 +62,15 @@ class FastConfig:
 
     The defaults are the fastest config within issue 9's bound (forward error <= 5x the bf16
     path's) measured on an H200 (torch 2.11, Triton 3.6.0, Wan2.1 1.3B at L = 32760, random
-    weights): FP8 q/k/v and FFN up (the fastest FP8 families of ``benchmarks/fast_mode.py``'s
-    sweep, ``benchmarks/results/fast_mode-2026-11-30-b.json``; the others gained nothing or lost)
-    and, where the attention backend resolves to our Hopper kernel, its INT8 ``Q K^T``:
-    388.8-391.5 ms per forward in two runs against 440.4 without INT8 attention and 451.4-459.1 for
-    the exact path, 0.747-0.755x the best torch.compile of the same run, at 1.45x the exact path's
-    error (``benchmarks/dit_forward.py``; benchmarks/RESULTS.md, session 6). ``attention_int8``
-    (Triton, FA2-style) is slower than cuDNN (15.5 vs 10.7 ms a call), so off the Hopper kernel
-    INT8 attention stays an option; with e4m3 P V it exceeds the bound (17.9x with all linears).
+    weights): FP8 q/k/v and both FFN GEMMs with ``_scaled_mm``'s fast accumulation (the FFN
+    down-projection's quantizer applies the GELU, so the up-projection's output is read once),
+    and, where the attention backend resolves to our Hopper kernel, its INT8 ``Q K^T``. In one
+    run (``benchmarks/fast_mode.py``, benchmarks/RESULTS.md, session 7): 370.1 ms per forward
+    against 393.2 for FP8 q/k/v and FFN up with precise accumulation (the defaults of session
+    6) and 455.2 for the exact path, at 3.38x the exact path's error (2.76x before; fast
+    accumulation itself changed the error by < 0.1%). ``attention_int8`` (Triton, FA2-style) is
+    slower than cuDNN (15.5 vs 10.7 ms a call), so off the Hopper kernel INT8 attention stays an
+    option; with e4m3 P V it exceeds the bound (17.9x with all linears).
 
     Args:
         linears: the GEMMs run in FP8, a subset of ``LINEARS``.
@@ -80,14 +81,15 @@ class FastConfig:
         pv_fp8: the INT8 attention's P V in e4m3, which only ``attention_int8`` has: needs
             ``int8_attention=True``.
         exact_blocks: block indices kept exact (negative counts from the end: ``(0, -1)``).
-        fast_accum: ``_scaled_mm`` fast accumulation (CUDA only).
+        fast_accum: ``_scaled_mm`` fast accumulation (CUDA only): the FP8 tensor cores carry the
+            sums over all of K at their reduced precision (no promotion to fp32 in registers).
     """
 
-    linears: tuple[str, ...] = ("qkv", "ffn_up")
+    linears: tuple[str, ...] = ("qkv", "ffn_up", "ffn_down")
     int8_attention: bool | str = "auto"
     pv_fp8: bool = False
     exact_blocks: tuple[int, ...] = ()
-    fast_accum: bool = False
+    fast_accum: bool = True
 
     def __post_init__(self):
         if self.int8_attention not in (True, False, "auto"):

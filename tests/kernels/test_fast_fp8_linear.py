@@ -22,8 +22,9 @@ from kernel_checks import DEVICE, ON_GPU  # noqa: E402
 from wanscope.kernels import _dispatch  # noqa: E402
 from wanscope.kernels.fp8_linear import FP8, FP8Linear, quantize_fp8_rows, reference  # noqa: E402
 
-# (M, K): one element, odd sizes, K across the kernel's 2048-column chunk
-SHAPES = [(1, 1), (37, 300), (5, 2049), (3, 17)]
+# (M, K): one element, odd sizes, K one past a power of 2 (a 1-element second register block),
+# the Wan FFN's hidden size (8192 + 1024)
+SHAPES = [(1, 1), (37, 300), (5, 2049), (3, 17), (2, 8960)]
 DTYPES = [torch.float32, torch.bfloat16]
 # the GPU (a compile per case) runs each shape with and without GELU, the dtypes taking turns
 if ON_GPU:

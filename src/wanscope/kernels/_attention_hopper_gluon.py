@@ -21,16 +21,22 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-# The launch configuration that won on the H200 (benchmarks/RESULTS.md, 2026-11-30): 64 query rows
-# per consumer warpgroup (two per CTA), 128-token K/V tiles, a 3-deep K/V ring (with Q, the 2 KB
-# ones tile and the barriers, 232,088 of the 232,448 bytes of shared memory a CTA may have at
-# D = 128: no room for a fourth stage), consumers at 240 registers, the loader warp at 24. With INT8
-# Q K^T the Q and K tiles take half the room; a fourth stage then was slower (8.90 against 8.23 ms
-# at [1, 32760, 12, 128], quantization included).
+# The launch configurations that won on the H200 (benchmarks/RESULTS.md, 2026-11-30), as
+# (consumer warpgroups, BLOCK_N, STAGES, consumer registers); 64 query rows per consumer
+# warpgroup, the loader warp at 24 registers.
+# bf16 and fp16: two consumers, 128-token K/V tiles, a 3-deep K/V ring (with Q, the 2 KB ones tile
+# and the barriers, 232,088 of the 232,448 bytes of shared memory a CTA may have at D = 128: no
+# room for a fourth stage), consumers at 240 registers. Three consumers with 64-key tiles (below)
+# were no faster in bf16 (9.65 against 9.59 ms at [1, 32760, 12, 128], session 7).
+# INT8 Q K^T: three consumers, 64-key tiles, a 4-deep ring; 160 registers each is what 16 warps
+# leave (3 x 128 x 160 + 128 x 24 <= 65,536), enough for 64-key tiles without spills (128-key
+# ones spill at 160). A third warpgroup hides more of the softmax's latency where the int8
+# tensor cores leave it exposed: 7.56 against 7.89 ms a call with two consumers and 128-key
+# tiles, and 346.1 / 349.9 against 359.7 / 360.9 ms per DiT forward (session 7). With two
+# consumers a fourth stage of 128-key tiles was slower (8.90 against 8.23 ms, session 6).
 BLOCK_M = 64
-BLOCK_N = 128
-STAGES = 3
-CONSUMER_REGS = 240
+CONFIG = (2, 128, 3, 240)
+INT8_CONFIG = (3, 64, 4, 160)
 LOADER_REGS = 24
 # The fixed softmax shift from this many keys on (bf16): measured 0.94-0.96x the online softmax's
 # time at 32,760 keys and 1.13x at 512 (the key-norm pass and the bound do not pay for 4 blocks);
@@ -48,13 +54,13 @@ _MAGIC_F = gl.constexpr(12582912.0)
 
 @gluon.jit
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-            q_row, kv_row0, col, n_kv, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr):
-    # the two consumers' Q tiles once, then K/V tiles into the ring; a K slot is refilled as soon
-    # as both consumers have their S from it, a V slot after both have done their P V
-    mbarrier.expect(q_bar.index(0), q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row, col], q_bar.index(0), q_smem.index(0))
-    mbarrier.expect(q_bar.index(1), q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row + BM, col], q_bar.index(1), q_smem.index(1))
+            q_row, kv_row0, col, n_kv, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
+            WGS: gl.constexpr):
+    # the consumers' Q tiles once, then K/V tiles into the ring; a K slot is refilled as soon as
+    # every consumer has its S from it, a V slot after every one has done its P V
+    for i in gl.static_range(WGS):
+        mbarrier.expect(q_bar.index(i), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [q_row + i * BM, col], q_bar.index(i), q_smem.index(i))
     for j in range(n_kv):
         stage = j % STAGES
         phase = (j // STAGES) & 1
@@ -290,8 +296,8 @@ def _consumer0(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_emp
                BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
                QK8: gl.constexpr):
     _consumer(0, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed, BM, BN, D,
-              STAGES, FP16, QK8)
+              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed,
+              BM, BN, D, STAGES, FP16, QK8)
 
 
 @gluon.jit
@@ -300,8 +306,18 @@ def _consumer1(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_emp
                BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
                QK8: gl.constexpr):
     _consumer(1, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-              q_row_in_batch + BM, o_row0 + BM, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed, BM,
-              BN, D, STAGES, FP16, QK8)
+              q_row_in_batch + BM, o_row0 + BM, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed,
+              BM, BN, D, STAGES, FP16, QK8)
+
+
+@gluon.jit
+def _consumer2(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed,
+               BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
+               QK8: gl.constexpr):
+    _consumer(2, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+              q_row_in_batch + 2 * BM, o_row0 + 2 * BM, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed,
+              BM, BN, D, STAGES, FP16, QK8)
 
 
 # Lk and use_fixed unspecialized: self- and cross-attention (Lk 32760 and 512, one of them a multiple
@@ -310,51 +326,67 @@ def _consumer1(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_emp
 def _attention_hopper_fwd_kernel(
     q_desc, k_desc, v_desc, o_ptr, o_row_stride, Lq, Lk, N, qk_scale, row_factor_ptr, k_norm_max_ptr, use_fixed,
     BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
-    QK8: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+    QK8: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, WGS: gl.constexpr,
 ):
-    # one CTA: 2 * BM query rows of one (batch, head)
+    # one CTA: WGS * BM query rows of one (batch, head), BM per consumer warpgroup
     pid_m = gl.program_id(0)
     bh = gl.program_id(1)
     b = bh // N
     h = bh % N
-    q_row_in_batch = pid_m * (2 * BM)
+    q_row_in_batch = pid_m * (WGS * BM)
     q_row = b * Lq + q_row_in_batch
     kv_row0 = b * Lk
     col = h * D
     n_kv = gl.cdiv(Lk, BN)
     k_norm_max = gl.load(k_norm_max_ptr + bh, mask=use_fixed != 0, other=0.0)  # max_j |k_j| of this (b, h)
 
-    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BM, D], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [WGS, BM, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BN, D], v_desc.layout)
     ones_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     ones_smem = gl.allocate_shared_memory(gl.bfloat16, [8, BN], ones_layout)
     if not FP16:
         ones_smem.store(gl.full([8, BN], 1.0, gl.bfloat16, gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])))
-    q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_bar = gl.allocate_shared_memory(gl.int64, [WGS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
+    for i in gl.static_range(WGS):
         mbarrier.init(q_bar.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)  # both consumers release each slot
-        mbarrier.init(v_empty.index(i), count=2)
+        mbarrier.init(k_empty.index(i), count=WGS)  # every consumer releases each slot
+        mbarrier.init(v_empty.index(i), count=WGS)
     fence_async_shared()
 
-    gl.warp_specialize([
-        (_consumer0, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+    # (the argument lists are spelled out: constexprs passed inside a tuple would arrive as tensors)
+    if WGS == 3:
+        gl.warp_specialize([
+            (_consumer0, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
                       q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed, BM,
                       BN, D, STAGES, FP16, QK8)),
-        (_consumer1, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+            (_consumer1, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
                       q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed, BM,
                       BN, D, STAGES, FP16, QK8)),
-        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                   q_row, kv_row0, col, n_kv, BM, BN, STAGES)),
-    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+            (_consumer2, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed, BM,
+                      BN, D, STAGES, FP16, QK8)),
+            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+                   q_row, kv_row0, col, n_kv, BM, BN, STAGES, WGS)),
+        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer0, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed, BM,
+                      BN, D, STAGES, FP16, QK8)),
+            (_consumer1, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed, BM,
+                      BN, D, STAGES, FP16, QK8)),
+            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+                   q_row, kv_row0, col, n_kv, BM, BN, STAGES, WGS)),
+        ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
 def _token_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -426,10 +458,12 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_int8: bool = Fa
         unused = torch.empty(1, dtype=torch.float32, device=q.device)
         row_factor = unused
         k_norms = key_norm_max(k) if use_fixed else unused
-    grid = (-(-lq // (2 * BLOCK_M)), b * n)
+    wgs, bn, stages, regs = INT8_CONFIG if qk_int8 else CONFIG
+    grid = (-(-lq // (wgs * BLOCK_M)), b * n)
     _attention_hopper_fwd_kernel[grid](
-        _descriptor(q, BLOCK_M), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N), out, n * d, lq, lk, n,
+        _descriptor(q, BLOCK_M), _descriptor(k, bn), _descriptor(v, bn), out, n * d, lq, lk, n,
         c, row_factor, k_norms, int(use_fixed),
-        BM=BLOCK_M, BN=BLOCK_N, D=d, STAGES=STAGES, FP16=fp16, QK8=qk_int8,
-        CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS, num_warps=4)
+        BM=BLOCK_M, BN=bn, D=d, STAGES=stages, FP16=fp16, QK8=qk_int8,
+        CONSUMER_REGS=regs, LOADER_REGS=LOADER_REGS, WGS=wgs,
+        num_warps=4)
     return out

@@ -58,9 +58,10 @@ from wanscope.wan.precision import FastConfig, apply_fast_mode  # noqa: E402
 # in run 4 (qkv 0.475 vs 0.611 ms, FFN up 0.861 vs 1.163; FFN down lost to its GELU quantizer,
 # o and cross tied), alone, with the two first and last blocks exact, and under our INT8
 # attention; all linears; all linears with INT8 attention and e4m3 P V (FastConfig's defaults
-# before 2026-11-30: 983 ms, 17.9x the bf16 error); and FastConfig()'s defaults (FP8 qkv + FFN
-# up, and INT8 Q K^T where the attention resolves to our Hopper kernel, since session 6). Every
-# other spec names int8_attention, so those rows do not move with the defaults.
+# before 2026-11-30: 983 ms, 17.9x the bf16 error); and FastConfig()'s defaults (since session
+# 7: FP8 qkv and both FFN GEMMs with fast accumulation, FFN down's quantizer in one pass, and
+# INT8 Q K^T where the attention resolves to our Hopper kernel). Every other spec names
+# int8_attention, so those rows do not move with the defaults (they do with fast_accum).
 # 10 forwards of ~0.5-1 s, each variant's build and warm-up included: ~2 min of the script's < 4.
 VARIANTS = [
     ("FP8 qkv", "linears=qkv int8_attention=no"),

@@ -74,6 +74,15 @@ def test_quantize_rows(shape, dtype, gelu):
     assert bool((err[ok] <= bound[ok]).all()), f"max err/bound {(err / bound)[ok].max().item():.3f}"
 
 
+@pytest.mark.parametrize("k, parts", [(1, (1, 0)), (17, (16, 1)), (300, (256, 64)), (1536, (1024, 512)),
+                                      (2048, (2048, 0)), (2049, (2048, 1)), (8960, (8192, 1024))])
+def test_row_parts(k, parts):
+    """The quantizer's two register blocks: powers of 2 that cover the row, the first <= k."""
+    from wanscope.kernels.fp8_linear import _row_parts
+
+    assert _row_parts(k) == parts
+
+
 @pytest.fixture
 def torch_path(monkeypatch):
     """The torch reference of the quantizer on the CPU, even under the interpreter."""

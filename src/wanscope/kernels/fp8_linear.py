@@ -101,7 +101,7 @@ def _quantize_fp8_rows_kernel(
     tl.store(scale_ptr + row, scale)
 
 
-def row_parts(k: int) -> tuple[int, int]:
+def _row_parts(k: int) -> tuple[int, int]:
     """Split a row of ``k`` >= 1 elements into two power-of-2 register blocks (a, b), b < a or 0:
     a the largest power of 2 <= k, b the smallest one >= the rest."""
     a = 1 << (k.bit_length() - 1)
@@ -116,7 +116,7 @@ def _launch(x: torch.Tensor, gelu: bool) -> tuple[torch.Tensor, torch.Tensor]:
     q = torch.empty((m, k), dtype=FP8, device=x.device)
     scale = torch.empty((m, 1), dtype=torch.float32, device=x.device)
     if m:
-        block_a, block_b = row_parts(k)
+        block_a, block_b = _row_parts(k)
         _quantize_fp8_rows_kernel[(m,)](x, q, scale, k, x.stride(0), _MIN_AMAX, GELU=gelu, BLOCK_A=block_a,
                                         BLOCK_B=block_b, num_warps=min(16, max(1, block_a // 1024)))
     return q, scale

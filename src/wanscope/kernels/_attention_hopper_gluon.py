@@ -54,10 +54,14 @@ _MAGIC_F = gl.constexpr(12582912.0)
 
 @gluon.jit
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-            q_row, kv_row0, col, n_kv, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
-            WGS: gl.constexpr):
+            q_row, kv_row0, col, n_kv):
     # the consumers' Q tiles once, then K/V tiles into the ring; a K slot is refilled as soon as
-    # every consumer has its S from it, a V slot after every one has done its P V
+    # every consumer has its S from it, a V slot after every one has done its P V. The tile
+    # sizes are the shared-memory buffers' ([WGS, BM, D] Q, [STAGES, BN, D] K and V).
+    WGS: gl.constexpr = q_smem.shape[0]
+    BM: gl.constexpr = q_smem.shape[1]
+    STAGES: gl.constexpr = k_smem.shape[0]
+    BN: gl.constexpr = k_smem.shape[1]
     for i in gl.static_range(WGS):
         mbarrier.expect(q_bar.index(i), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [q_row + i * BM, col], q_bar.index(i), q_smem.index(i))
@@ -234,8 +238,17 @@ def _fixed_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s,
 @gluon.jit
 def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
               o_ptr, o_row_stride, q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max,
-              use_fixed, BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-              FP16: gl.constexpr, QK8: gl.constexpr):
+              use_fixed):
+    # consumer warpgroup WG: query rows WG * BM ... of the CTA's (q_row_in_batch and o_row0 are the
+    # CTA's first); tile sizes and variant from the shared-memory buffers (int8 Q: QK8; fp16 V: FP16)
+    BM: gl.constexpr = q_smem.shape[1]
+    D: gl.constexpr = q_smem.shape[2]
+    STAGES: gl.constexpr = k_smem.shape[0]
+    BN: gl.constexpr = k_smem.shape[1]
+    QK8: gl.constexpr = q_smem.dtype == gl.int8
+    FP16: gl.constexpr = v_smem.dtype == gl.float16
+    q_row_in_batch = q_row_in_batch + WG * BM
+    o_row0 = o_row0 + WG * BM
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BN, 32 if QK8 else 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -290,34 +303,26 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_read
     gl.store(ptrs, o.to(o_ptr.dtype.element_ty), mask=gl.expand_dims(q_row_in_batch + rows < Lq, 1))
 
 
+# one function per consumer partition (gl.warp_specialize takes functions, the index is a constexpr)
 @gluon.jit
 def _consumer0(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed,
-               BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
-               QK8: gl.constexpr):
+               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed):
     _consumer(0, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed,
-              BM, BN, D, STAGES, FP16, QK8)
+              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed)
 
 
 @gluon.jit
 def _consumer1(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed,
-               BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
-               QK8: gl.constexpr):
+               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed):
     _consumer(1, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-              q_row_in_batch + BM, o_row0 + BM, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed,
-              BM, BN, D, STAGES, FP16, QK8)
+              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed)
 
 
 @gluon.jit
 def _consumer2(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed,
-               BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
-               QK8: gl.constexpr):
+               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed):
     _consumer(2, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-              q_row_in_batch + 2 * BM, o_row0 + 2 * BM, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed,
-              BM, BN, D, STAGES, FP16, QK8)
+              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed)
 
 
 # Lk and use_fixed unspecialized: self- and cross-attention (Lk 32760 and 512, one of them a multiple
@@ -361,32 +366,16 @@ def _attention_hopper_fwd_kernel(
         mbarrier.init(v_empty.index(i), count=WGS)
     fence_async_shared()
 
-    # (the argument lists are spelled out: constexprs passed inside a tuple would arrive as tensors)
+    consumer = (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
+                q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed)
+    loader = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, q_row,
+              kv_row0, col, n_kv)
     if WGS == 3:
-        gl.warp_specialize([
-            (_consumer0, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed, BM,
-                      BN, D, STAGES, FP16, QK8)),
-            (_consumer1, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed, BM,
-                      BN, D, STAGES, FP16, QK8)),
-            (_consumer2, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed, BM,
-                      BN, D, STAGES, FP16, QK8)),
-            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                   q_row, kv_row0, col, n_kv, BM, BN, STAGES, WGS)),
-        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS])
+        gl.warp_specialize([(_consumer0, consumer), (_consumer1, consumer), (_consumer2, consumer), (_loader, loader)],
+                           [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS])
     else:
-        gl.warp_specialize([
-            (_consumer0, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed, BM,
-                      BN, D, STAGES, FP16, QK8)),
-            (_consumer1, (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-                      q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed, BM,
-                      BN, D, STAGES, FP16, QK8)),
-            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                   q_row, kv_row0, col, n_kv, BM, BN, STAGES, WGS)),
-        ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+        gl.warp_specialize([(_consumer0, consumer), (_consumer1, consumer), (_loader, loader)], [4, 1],
+                           [CONSUMER_REGS, LOADER_REGS])
 
 
 def _token_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:

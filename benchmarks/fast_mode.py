@@ -212,10 +212,10 @@ def kernel_section(args, device, tokens, cfg):
             bias = torch.zeros(n_out, device=device, dtype=torch.bfloat16)
             flop = 2 * tokens * k_in * n_out
             record(f"GEMM {label} {tokens}x{k_in}x{n_out} bf16", lambda: F.linear(x, w, bias), flop)
-            lin = FP8Linear(w, bias, gelu_input=gelu)
+            lin = FP8Linear(w, bias, gelu_input=gelu, fast_accum=FastConfig().fast_accum)  # as the fast mode
             record(f"GEMM {label} {tokens}x{k_in}x{n_out} FP8 (+quantize)", lambda: lin(x), flop)
             record(f"quantize rows [{tokens}, {k_in}]{' +GELU' if gelu else ''}",
-                   lambda: quantize_fp8_rows(x, gelu), bytes_moved=3 * x.numel())
+                   lambda: quantize_fp8_rows(x, gelu), bytes_moved=3 * x.numel())  # read 2, write 1 byte
         qk = torch.randn(1, tokens, cfg.num_heads, cfg.head_dim, generator=g, device=device).to(torch.bfloat16)
         record(f"quantize q/k INT8 [{tokens}, {c}] (smoothed)", lambda: quantize_qk(qk, 1.0, True),
                bytes_moved=5 * qk.numel())

@@ -448,7 +448,8 @@ def _f64_int8(q, k, v):
 
 @needs_sm90
 @pytest.mark.parametrize("fixed", [True, False], ids=["fixed-shift", "online"])
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
+# + a CTA whose third consumer warpgroup has real rows and padding both (180 = 128 + 52 of its 192)
+@pytest.mark.parametrize("shape", SHAPES + [(2, 180, 200, 2, 128)], ids=str)
 def test_qk_int8_matches_its_quantization(shape, fixed, monkeypatch):
     """Against float64 attention on the same int8 scores the kernel's error is a bf16 kernel's
     (<= 1.25x SDPA's against exact float64, + 1e-6: only P's rounding and the sums); against

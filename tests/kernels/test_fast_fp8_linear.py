@@ -74,13 +74,22 @@ def test_quantize_rows(shape, dtype, gelu):
     assert bool((err[ok] <= bound[ok]).all()), f"max err/bound {(err / bound)[ok].max().item():.3f}"
 
 
-@pytest.mark.parametrize("k, parts", [(1, (1, 0)), (17, (16, 1)), (300, (256, 64)), (1536, (1024, 512)),
-                                      (2048, (2048, 0)), (2049, (2048, 1)), (8960, (8192, 1024))])
+@pytest.mark.parametrize("k, parts", [(1, (1, 0)), (7, (4, 4)), (17, (16, 1)), (300, (256, 64)),
+                                      (1536, (1024, 512)), (2048, (2048, 0)), (2049, (2048, 1)),
+                                      (8960, (8192, 1024)), (13824, (8192, 8192))])
 def test_row_parts(k, parts):
     """The quantizer's two register blocks: powers of 2 that cover the row, the first <= k."""
     from wanscope.kernels.fp8_linear import _row_parts
 
     assert _row_parts(k) == parts
+
+
+@pytest.mark.skipif(not (ON_GPU or _dispatch.INTERPRET), reason="the row limit is the Triton path's")
+def test_rows_wider_than_the_kernel_takes_are_refused():
+    from wanscope.kernels.fp8_linear import MAX_ROW
+
+    with pytest.raises(ValueError, match=f"rows of {MAX_ROW + 1} elements, at most {MAX_ROW}"):
+        quantize_fp8_rows(torch.zeros(1, MAX_ROW + 1, device=DEVICE))
 
 
 @pytest.fixture

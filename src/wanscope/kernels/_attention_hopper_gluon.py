@@ -40,7 +40,8 @@ INT8_CONFIG = (3, 64, 4, 160)
 LOADER_REGS = 24
 # The fixed softmax shift from this many keys on (bf16): measured 0.94-0.96x the online softmax's
 # time at 32,760 keys and 1.13x at 512 (the key-norm pass and the bound do not pay for 4 blocks);
-# the crossover between is not measured (benchmarks/RESULTS.md, "fixed softmax shift").
+# the crossover between is not measured (benchmarks/RESULTS.md, "fixed softmax shift"); nor is
+# it for INT8 Q K^T (64-key tiles, key norms from the quantizer), which only self-attention runs.
 FIXED_MIN_KEYS = 2048
 KEY_ROWS = 64  # key tokens per program of the key-norm pass
 _LOG2E = 1.4426950408889634
@@ -334,6 +335,7 @@ def _attention_hopper_fwd_kernel(
     QK8: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, WGS: gl.constexpr,
 ):
     # one CTA: WGS * BM query rows of one (batch, head), BM per consumer warpgroup
+    gl.static_assert(WGS == 2 or WGS == 3, "2 or 3 consumer warpgroups")
     pid_m = gl.program_id(0)
     bh = gl.program_id(1)
     b = bh // N
@@ -448,7 +450,7 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_int8: bool = Fa
         row_factor = unused
         k_norms = key_norm_max(k) if use_fixed else unused
     wgs, bn, stages, regs = INT8_CONFIG if qk_int8 else CONFIG
-    grid = (-(-lq // (wgs * BLOCK_M)), b * n)
+    grid = (triton.cdiv(lq, wgs * BLOCK_M), b * n)
     _attention_hopper_fwd_kernel[grid](
         _descriptor(q, BLOCK_M), _descriptor(k, bn), _descriptor(v, bn), out, n * d, lq, lk, n,
         c, row_factor, k_norms, int(use_fixed),

@@ -77,7 +77,7 @@ scores the kernel computes. P V stays bf16. Measured (same H200 and layout, two 
 7.05-7.69 ms with the quantization (~0.3-0.45 ms) against 9.17-9.64 ms bf16 and 11.49-11.67 ms cuDNN;
 error vs float64 1.40e-2 for q, k, v ~ N(0, 1) (6x cuDNN's), 4.2e-3 on the DiT's own first-block
 inputs (2.5x the exact kernel's); the DiT forward's error is unchanged (1.45x the exact path's,
-from the FP8 GEMMs). Three consumer warpgroups on 64-key tiles instead of two on 128 (session 7,
+from the FP8 GEMMs: session 6, two consumer warpgroups, FP8 q/k/v and FFN up). Three consumer warpgroups on 64-key tiles instead of two on 128 (session 7,
 same H200, one call, interleaved): 7.56 against 7.89 ms a call, and 346.1 / 349.9 against 359.7 /
 360.9 ms per DiT forward in the fast mode; same error (1.41e-2).
 

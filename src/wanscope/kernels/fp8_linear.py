@@ -45,6 +45,9 @@ FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # largest finite e4m3fn value
 # the scale of an all-zero row; any positive value works (its quantized values are 0)
 _MIN_AMAX = 1e-12
+# the widest row the one-pass kernel takes: 2 x 16384 elements, 64 fp32 per thread at 16 warps
+# (Wan2.1 14B's widest, its FFN hidden 13824, is 8192 + 8192)
+MAX_ROW = 32768
 
 
 @triton.jit
@@ -102,8 +105,8 @@ def _quantize_fp8_rows_kernel(
 
 
 def _row_parts(k: int) -> tuple[int, int]:
-    """Split a row of ``k`` >= 1 elements into two power-of-2 register blocks (a, b), b < a or 0:
-    a the largest power of 2 <= k, b the smallest one >= the rest."""
+    """Split a row of ``k`` >= 1 elements into two power-of-2 register blocks (a, b), b <= a (0
+    when k is a power of 2): a the largest power of 2 <= k, b the smallest one >= the rest."""
     a = 1 << (k.bit_length() - 1)
     return a, (triton.next_power_of_2(k - a) if k > a else 0)
 
@@ -113,6 +116,9 @@ def _launch(x: torch.Tensor, gelu: bool) -> tuple[torch.Tensor, torch.Tensor]:
     # DiT's widths (K = 1536: 1 warp 38.6 us per [32760, K] call, 2: 41.6, 8: 67.6; K = 8960
     # with GELU: 8 warps 352 us, 16: 354, 4: 656; benchmarks/RESULTS.md, session 7)
     m, k = x.shape
+    if k > MAX_ROW:
+        raise ValueError(f"quantize_fp8_rows: rows of {k} elements, at most {MAX_ROW} on the Triton path "
+                         "(each row is held in registers)")
     q = torch.empty((m, k), dtype=FP8, device=x.device)
     scale = torch.empty((m, 1), dtype=torch.float32, device=x.device)
     if m:
@@ -155,7 +161,8 @@ def quantize_fp8_rows(x: torch.Tensor, gelu: bool = False) -> tuple[torch.Tensor
         ``x ~= q * scale``.
 
     Raises:
-        ValueError: ``x`` not 2-D or without unit column stride.
+        ValueError: ``x`` not 2-D or without unit column stride; on the Triton path (CUDA, or the
+            interpreter), K > ``MAX_ROW``.
     """
     if x.ndim != 2 or x.stride(1) != 1:
         raise ValueError(f"x must be [M, K] with unit column stride, got {tuple(x.shape)} strides {x.stride()}")

@@ -4,8 +4,8 @@ Applied from outside the model: ``apply_fast_mode(dit, FastConfig())`` switches 
 fused kernels (``kernels="triton"``, which fuses the q/k/v weights) and then gives each chosen
 block a ``fast`` module (its FP8 weights) and ``fast_block_forward``, the fused block of
 ``wan/fused.py`` with these changes, per layer as ``FastConfig`` says (defaults: FP8 q/k/v and
-FFN up, and INT8 Q K^T where our Hopper attention kernel runs, the rest exact; the others are
-options):
+both FFN GEMMs with fast accumulation, and INT8 Q K^T where our Hopper attention kernel runs, the
+rest exact; the others are options):
 
 =================  ==========================================  ==============================
 part               exact mode (bf16 with fp32 islands)          fast mode option
@@ -68,7 +68,8 @@ class FastConfig:
     run (``benchmarks/fast_mode.py``, benchmarks/RESULTS.md, session 7): 370.1 ms per forward
     against 393.2 for FP8 q/k/v and FFN up with precise accumulation (the defaults of session
     6) and 455.2 for the exact path, at 3.38x the exact path's error (2.76x before; fast
-    accumulation itself changed the error by < 0.1%). With the one-pass FP8 quantizer and the
+    accumulation itself changed the error by < 0.1%; ``fast_mode.py``'s exact path runs SDPA,
+    ``dit_forward.py``'s our Hopper kernel, against which the same defaults measure 1.75x). With the one-pass FP8 quantizer and the
     INT8 kernel's three consumer warpgroups of the same session: 354.2 ms, 0.668x the best
     torch.compile in the same run (``benchmarks/dit_forward.py``). ``attention_int8`` (Triton,
     FA2-style) is slower than cuDNN (15.5 vs 10.7 ms a call), so off the Hopper kernel INT8

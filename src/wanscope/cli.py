@@ -74,6 +74,21 @@ def _stdout_closed() -> bool:
         return True
 
 
+def _flush_stdout() -> bool:
+    """Flush standard output; where that fails (a full device, a reader gone), send it to
+    /dev/null so that the interpreter's own flush at exit does not fail again. False then,
+    except for a broken pipe (the reader's choice, not an error)."""
+    try:
+        sys.stdout.flush()
+        return True
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return True
+    except (OSError, ValueError):  # ValueError: stdout closed
+        _stdout_to_devnull()
+        return False
+
+
 def _stdout_to_devnull() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
@@ -163,7 +178,15 @@ def main(argv=None) -> None:
             raise
         _stdout_to_devnull()
         sys.exit(0)
+    except OSError as e:  # a write the system refused (a full disk, an I/O error): one line
+        _flush_stdout()
+        where = e.filename or "writing the output"  # no name: standard output, as a rule
+        click.echo(f"wanscope: error: {_one_line(f'{where}: {e.strerror or e}')}", err=True)
+        sys.exit(1)
     finally:
+        if argv is None and not _flush_stdout():  # output still buffered for a full stdout
+            click.echo("wanscope: error: standard output: cannot write to it", err=True)
+            sys.exit(1)
         if argv is None:  # the process's own command line: its end is the process's end
             # The command is over, its outputs written or removed. A Ctrl-C from here on,
             # while the interpreter shuts down (atexit callbacks such as removing DuckDB's

@@ -94,6 +94,14 @@ def test_apply_and_revert(setup, monkeypatch):
     assert 0 < rel_l2(fast_out, exact_out) < 5e-2
 
 
+def test_overlong_spec_values_give_short_messages():
+    with pytest.raises(UsageError, match=r"exact_blocks='9{57}\.\.\.' holds a number too long"):
+        FastConfig.parse("exact_blocks=" + "9" * 5000)  # past int()'s 4300 digits
+    with pytest.raises(UsageError) as info:
+        FastConfig.parse("linears=" + "a" * 100_000)
+    assert "unknown fast-mode linears ['aaa" in str(info.value) and len(str(info.value)) < 300
+
+
 def test_exact_blocks_range_is_checked_with_a_short_message():
     FastConfig.parse("exact_blocks=0,-2,1").check_blocks(2)  # in range: no error
     cfg = FastConfig.parse("exact_blocks=0,-2," + "9" * 500)

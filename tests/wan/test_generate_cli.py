@@ -4,6 +4,7 @@ errors for bad input (exit code 2, no traceback, nothing written)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -119,6 +120,9 @@ def _tree(root):
         ("x_frames.mp4", "x_frames_frames: holds files other than PNG frames"),
         ("x.png", "the .png written next to the video would overwrite it"),
         ("x.json", "the .json written next to the video would overwrite it"),
+        ("y", "is not a .mp4 path"),  # ffmpeg picks the container from the suffix
+        ("y.txt", "is not a .mp4 path"),
+        ("fifo.mp4", "fifo.mp4: is a named pipe (FIFO), not a regular file; not replacing it"),
         ("..", "is not a file name"),
         (".", "is not a file name"),
         ("missing/x.mp4", "its folder does not exist"),
@@ -133,12 +137,20 @@ def test_output_paths_are_checked_before_any_work(tmp_path, out, message):
     (work / "x.json" / "b.txt").write_text("mine")
     (work / "x_frames_frames").mkdir()
     (work / "x_frames_frames" / "notes.txt").write_text("mine")
+    os.mkfifo(work / "fifo.mp4")
     before = _tree(tmp_path)
     r = subprocess.run([sys.executable, "-m", "wanscope", *TINY, "--random-weights", "--out", out],
                        capture_output=True, text=True, cwd=work)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert _tree(tmp_path) == before
+
+
+def test_save_latents_is_never_a_fifo(tmp_path):
+    os.mkfifo(tmp_path / "l.pt")
+    r = wanscope(*TINY, "--random-weights", "--out", str(tmp_path / "x.mp4"), "--save-latents", str(tmp_path / "l.pt"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "l.pt: is a named pipe (FIFO)" in r.stderr, r.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["l.pt"]
 
 
 def test_save_latents_cannot_be_an_output(tmp_path):

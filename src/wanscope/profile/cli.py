@@ -143,7 +143,9 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
 
         find_ncu()
         kernel_regex(opts.attention)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    from wanscope.report.write import prepare_out_dir
+
+    prepare_out_dir(out_dir, ("trace.json.gz", "report.json", "report.html"))
     main = parallel is None or os.environ.get("RANK") == "0"
     if opts.random_weights and main:
         from wanscope.wan.cli import RANDOM_NOTE

@@ -98,6 +98,25 @@ def remove_dirs(created: list[Path]) -> None:
             return
 
 
+def prepare_out_dir(folder: Path, files=()) -> None:
+    """``make_dir(folder)``, then refuse, before any work, a folder that cannot be written or
+    where one of ``files`` (names in it) is a directory, device or FIFO; what was created for
+    it is removed again then.
+
+    Raises:
+        InputError: naming the folder or file and the problem.
+    """
+    created = make_dir(folder)
+    try:
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise InputError(folder, "the directory is not writable")
+        for name in files:
+            check_output(folder / name)
+    except InputError:
+        remove_dirs(created)
+        raise
+
+
 def write_report(con, result: dict, out_dir: Path, title: str, scope: Scope | None = None,
                  inputs=()) -> tuple[Path, Path]:
     """Render and write both files; returns their paths. The page is rendered before the

@@ -101,7 +101,7 @@ class FastConfig:
             raise UsageError("fast-mode spec: pv_fp8=true (e4m3 P V, in attention_int8 only) needs int8_attention=true")
         unknown = set(self.linears) - set(LINEARS)
         if unknown:
-            raise UsageError(f"unknown fast-mode linears {sorted(unknown)}; known: {', '.join(LINEARS)} "
+            raise UsageError(f"unknown fast-mode linears {_clip(str(sorted(unknown)))}; known: {', '.join(LINEARS)} "
                              f"and the groups {', '.join(LINEAR_GROUPS)}")
 
     def check_blocks(self, num_blocks: int) -> None:
@@ -184,7 +184,10 @@ def _parse_field(key: str, raw: str):
         if not re.fullmatch(r"-?[0-9]+(,-?[0-9]+)*", text):
             raise UsageError(f"fast-mode spec: exact_blocks={_clip(raw)!r} is not a comma-separated list of "
                              "integers")
-        return tuple(int(i) for i in text.split(","))
+        try:
+            return tuple(int(i) for i in text.split(","))
+        except ValueError:  # past Python's 4300-digit limit on int()
+            raise UsageError(f"fast-mode spec: exact_blocks={_clip(raw)!r} holds a number too long") from None
     if key == "int8_attention" and text == "auto":
         return text
     if text in _TRUE or text in _FALSE:

@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 
-from wanscope.errors import InputError
+from wanscope.errors import InputError, check_output
 
 _FRAME = re.compile(r"frame_\d{4}\.png")
 
@@ -35,13 +35,15 @@ def _frames_only(folder: Path) -> bool:
 
 
 def check_target(path: Path) -> None:
-    """Refuse a file path that cannot be written: a directory, a missing or unwritable folder.
+    """Refuse a file path that cannot be written: a directory, a device, FIFO or socket, a missing
+    or unwritable folder.
 
     Raises:
         InputError: naming ``path`` and the problem.
     """
     if path.is_dir():
         raise InputError(path, "is a directory, where an output file goes")
+    check_output(path)  # a device, FIFO or socket is refused, never replaced
     if not path.parent.is_dir():
         raise InputError(path, "its folder does not exist")
     if not os.access(path.parent, os.W_OK | os.X_OK):
@@ -53,7 +55,8 @@ def check_outputs(out: Path) -> None:
 
     Raises:
         InputError: ``out`` is no file name (``.``, ``..``), ends in ``.png`` or ``.json`` (the
-            contact sheet or the sidecar would overwrite the video), its folder does not exist
+            contact sheet or the sidecar would overwrite the video) or in no ``.mp4``, names a
+            device, FIFO or socket, its folder does not exist
             or is not writable, ``out`` or a side file is a directory, or the frames folder
             holds files other than frames (it is replaced whole).
     """
@@ -64,6 +67,8 @@ def check_outputs(out: Path) -> None:
     sheet, sidecar, frames = side_paths(out)
     for path in (out, sheet, sidecar):
         check_target(path)
+    if out.suffix.lower() != ".mp4":
+        raise InputError(out, "is not a .mp4 path; give a path such as video.mp4")
     if frames.is_dir() and not _frames_only(frames):
         raise InputError(frames, "holds files other than PNG frames; it would be replaced")
 

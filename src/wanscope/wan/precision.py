@@ -68,8 +68,9 @@ class FastConfig:
     run (``benchmarks/fast_mode.py``, benchmarks/RESULTS.md, session 7): 370.1 ms per forward
     against 393.2 for FP8 q/k/v and FFN up with precise accumulation (the defaults of session
     6) and 455.2 for the exact path, at 3.38x the exact path's error (2.76x before; fast
-    accumulation itself changed the error by < 0.1%; ``fast_mode.py``'s exact path runs SDPA,
-    ``dit_forward.py``'s our Hopper kernel, against which the same defaults measure 1.75x). With the one-pass FP8 quantizer and the
+    accumulation itself changed the error by < 0.1%; that is ``fast_mode.py``'s ratio, on our
+    ``init_weights()``: ``dit_forward.py``, on diffusers' initialization of the same config,
+    measures 1.75x for the same defaults). With the one-pass FP8 quantizer and the
     INT8 kernel's three consumer warpgroups of the same session: 354.2 ms, 0.668x the best
     torch.compile in the same run (``benchmarks/dit_forward.py``). ``attention_int8`` (Triton,
     FA2-style) is slower than cuDNN (15.5 vs 10.7 ms a call), so off the Hopper kernel INT8

@@ -74,19 +74,26 @@ def _stdout_closed() -> bool:
         return True
 
 
-def _flush_stdout() -> bool:
+def _flush_stdout() -> Exception | None:
     """Flush standard output; where that fails (a full device, a reader gone), send it to
-    /dev/null so that the interpreter's own flush at exit does not fail again. False then,
-    except for a broken pipe (the reader's choice, not an error)."""
+    /dev/null so that the interpreter's own flush at exit does not fail again, and return the
+    error (None for a broken pipe: the reader's choice, not an error)."""
     try:
         sys.stdout.flush()
-        return True
     except BrokenPipeError:
         _stdout_to_devnull()
-        return True
-    except (OSError, ValueError):  # ValueError: stdout closed
+    except (OSError, ValueError) as e:  # ValueError: stdout closed
         _stdout_to_devnull()
-        return False
+        return e
+    return None
+
+
+def _write_failed(e: Exception):
+    """Exit 1 after a write the system refused (a full disk, an I/O error), in one line."""
+    where = getattr(e, "filename", None) or "writing the output"  # no name: standard output, as a rule
+    problem = getattr(e, "strerror", None) or e
+    click.echo(f"wanscope: error: {_one_line(f'{where}: {problem}')}", err=True)
+    sys.exit(1)
 
 
 def _stdout_to_devnull() -> None:
@@ -178,15 +185,10 @@ def main(argv=None) -> None:
             raise
         _stdout_to_devnull()
         sys.exit(0)
-    except OSError as e:  # a write the system refused (a full disk, an I/O error): one line
+    except OSError as e:
         _flush_stdout()
-        where = e.filename or "writing the output"  # no name: standard output, as a rule
-        click.echo(f"wanscope: error: {_one_line(f'{where}: {e.strerror or e}')}", err=True)
-        sys.exit(1)
+        _write_failed(e)
     finally:
-        if argv is None and not _flush_stdout():  # output still buffered for a full stdout
-            click.echo("wanscope: error: standard output: cannot write to it", err=True)
-            sys.exit(1)
         if argv is None:  # the process's own command line: its end is the process's end
             # The command is over, its outputs written or removed. A Ctrl-C from here on,
             # while the interpreter shuts down (atexit callbacks such as removing DuckDB's
@@ -197,3 +199,6 @@ def main(argv=None) -> None:
             if own_signals:
                 for signum in (signal.SIGTERM, signal.SIGHUP):
                     signal.signal(signum, signal.SIG_DFL)
+            error = _flush_stdout()  # output still buffered for a full stdout
+            if error is not None:
+                _write_failed(error)

@@ -104,10 +104,18 @@ def write_result(out_dir: Path, name: str, result: dict) -> Path:
 def diffusers_config(cfg) -> dict:
     """WanTransformer3DModel arguments for our ``wan.config.DiTConfig`` ``cfg``."""
     return dict(
-        patch_size=cfg.patch_size, num_attention_heads=cfg.num_heads, attention_head_dim=cfg.head_dim,
-        in_channels=cfg.in_channels, out_channels=cfg.out_channels, text_dim=cfg.text_dim,
-        freq_dim=cfg.freq_dim, ffn_dim=cfg.ffn_dim, num_layers=cfg.num_layers,
-        cross_attn_norm=cfg.cross_attn_norm, qk_norm="rms_norm_across_heads", eps=cfg.eps,
+        patch_size=cfg.patch_size,
+        num_attention_heads=cfg.num_heads,
+        attention_head_dim=cfg.head_dim,
+        in_channels=cfg.in_channels,
+        out_channels=cfg.out_channels,
+        text_dim=cfg.text_dim,
+        freq_dim=cfg.freq_dim,
+        ffn_dim=cfg.ffn_dim,
+        num_layers=cfg.num_layers,
+        cross_attn_norm=cfg.cross_attn_norm,
+        qk_norm="rms_norm_across_heads",
+        eps=cfg.eps,
     )
 
 

@@ -45,6 +45,7 @@ def build(out_native: Path, out_lines: Path, copies: int) -> int:
         nat.write(header)
         lin.write(b'{"traceEvents": [')
         for k in range(copies):
+
             def shift(m, k=k):
                 field, whole, frac = m.group(1), int(m.group(2)), m.group(3) or b""
                 delta = k * span_us if field == b"ts" else k * id_step
@@ -103,21 +104,30 @@ def main() -> None:
     # Write the ~1 GB just built back to disk before timing: left to the kernel's flusher
     # threads, its writeback ran beside the first timed runs (wanscope's, on 2 cores).
     os.sync()
-    print(f"built {size / 1e6:.0f} MB native + {lines.stat().st_size / 1e6:.0f} MB one-per-line "
-          f"in {time.perf_counter() - t0:.1f} s under {work}", flush=True)
+    print(
+        f"built {size / 1e6:.0f} MB native + {lines.stat().st_size / 1e6:.0f} MB one-per-line "
+        f"in {time.perf_counter() - t0:.1f} s under {work}",
+        flush=True,
+    )
     results = {}
     wanscope = [sys.executable, "-m", "wanscope", "analyze", "--format", "json"]
     for name, path in (("wanscope_native", native), ("wanscope_lines", lines)):
         runs = [measure(wanscope + [str(path)]) for _ in range(args.repeats)]
-        results[name] = {"wall_s": statistics.median(r["wall_s"] for r in runs),
-                         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
-                         "walls_s": [r["wall_s"] for r in runs]}
+        results[name] = {
+            "wall_s": statistics.median(r["wall_s"] for r in runs),
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+            "walls_s": [r["wall_s"] for r in runs],
+        }
     if not args.skip_hta:
         results["hta_native"] = measure([sys.executable, "-c", HTA_SCRIPT, str(native.parent)])
     for name, r in results.items():
-        print(f"{name:18s} wall {r['wall_s']:7.2f} s   peak RSS {r['peak_rss_mb']:8.1f} MB   runs {r.get('walls_s', [r['wall_s']])}")
+        print(
+            f"{name:18s} wall {r['wall_s']:7.2f} s   peak RSS {r['peak_rss_mb']:8.1f} MB   runs {r.get('walls_s', [r['wall_s']])}"
+        )
     summary = {
-        "file_mb": round(size / 1e6, 1), "copies": args.copies, "cpus": os.cpu_count(),
+        "file_mb": round(size / 1e6, 1),
+        "copies": args.copies,
+        "cpus": os.cpu_count(),
         "python": platform.python_version(),
         **{k: {"wall_s": v["wall_s"], "peak_rss_mb": v["peak_rss_mb"]} for k, v in results.items()},
     }

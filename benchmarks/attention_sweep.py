@@ -88,8 +88,12 @@ def _parse(argv):
     ap.add_argument("--only", default="", help="comma-separated row indices of GRID to run (default: all)")
     ap.add_argument("--skip-int8", action="store_true", help="skip attention_int8 (it autotunes: ~40 s)")
     ap.add_argument("--skip-flash", action="store_true", help="skip attention_flash's GRID")
-    ap.add_argument("--config-timeout-s", type=float, default=150.0,
-                    help="a contender running longer is taken for a hang: results so far are written, exit 3")
+    ap.add_argument(
+        "--config-timeout-s",
+        type=float,
+        default=150.0,
+        help="a contender running longer is taken for a hang: results so far are written, exit 3",
+    )
     args = ap.parse_args(argv)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.smoke else 2)
     args.repeats = args.repeats if args.repeats is not None else (2 if args.smoke else 10)
@@ -126,9 +130,17 @@ def main(argv=None) -> dict:
     v = qkv[..., 2 * n * d :].unflatten(-1, (n, d))  # [B, L, N, D] view, rows 3C apart, as in wan/fused.py
     ref = attention_f64(q, k, v)
 
-    result = {"benchmark": "attention_sweep", "date": datetime.date.today().isoformat(), "smoke": args.smoke,
-              "shape_blnd": [b, l, n, d], "flop": flop, "torch": torch.__version__, "triton": version("triton"),
-              "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "rows": []}
+    result = {
+        "benchmark": "attention_sweep",
+        "date": datetime.date.today().isoformat(),
+        "smoke": args.smoke,
+        "shape_blnd": [b, l, n, d],
+        "flop": flop,
+        "torch": torch.__version__,
+        "triton": version("triton"),
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "rows": [],
+    }
     t_start = time.perf_counter()
     state = {"context_lost": None}
 
@@ -153,15 +165,19 @@ def main(argv=None) -> dict:
             row["first_call_s"] = round(time.perf_counter() - t0, 2)
             times, out = time_ms(fn, device, args.warmup, args.repeats)
             ms = statistics.median(times)
-            row.update(ms=round(ms, 4), times_ms=[round(t, 4) for t in times], tflops=round(flop / ms / 1e9, 1),
-                       rel_l2_vs_f64=rel_l2(out, ref))
-        except Exception as exc:  # noqa: BLE001 - a failing contender is recorded, the sweep goes on
+            row.update(
+                ms=round(ms, 4),
+                times_ms=[round(t, 4) for t in times],
+                tflops=round(flop / ms / 1e9, 1),
+                rel_l2_vs_f64=rel_l2(out, ref),
+            )
+        except Exception as exc:
             traceback.print_exc()
             row["error"] = f"{type(exc).__name__}: {exc}"[:2000]
             if device.type == "cuda":
                 try:
                     torch.cuda.synchronize()
-                except Exception:  # noqa: BLE001 - a sticky CUDA error: nothing later can run
+                except Exception:
                     state["context_lost"] = name
         finally:
             watchdog.cancel()
@@ -171,8 +187,12 @@ def main(argv=None) -> dict:
             torch.cuda.empty_cache()
         return row
 
-    run("cuDNN SDPA bf16", lambda: attention(q, k, v, AttentionBackend.CUDNN if device.type == "cuda"
-                                             else AttentionBackend.SDPA), {"kind": "cudnn"})
+    run(
+        "cuDNN SDPA bf16",
+        lambda: attention(q, k, v, AttentionBackend.CUDNN if device.type == "cuda" else AttentionBackend.SDPA),
+        {"kind": "cudnn"},
+    )
+
     def int8_kernel(pv_fp8):  # imported here: a change to that module fails its rows, not the run
         from wanscope.kernels.attention_int8 import attention_int8
 
@@ -196,17 +216,21 @@ def main(argv=None) -> dict:
         return quantize_qk_int8(q, k)
 
     quant_ms = {}
-    for key, fn in (("int8", lambda: quantize_qk(q, k, "int8")), ("e4m3", lambda: quantize_qk(q, k, "e4m3")),
-                    ("v_e4m3", lambda: quantize_v(v)), ("hopper_int8", hopper_quantize)):
+    for key, fn in (
+        ("int8", lambda: quantize_qk(q, k, "int8")),
+        ("e4m3", lambda: quantize_qk(q, k, "e4m3")),
+        ("v_e4m3", lambda: quantize_v(v)),
+        ("hopper_int8", hopper_quantize),
+    ):
         try:
             quant_ms[key] = round(statistics.median(time_ms(fn, device, args.warmup, args.repeats)[0]), 4)
-        except Exception as exc:  # noqa: BLE001 - recorded; the rows that need it show no quant_ms
+        except Exception as exc:
             traceback.print_exc()
             quant_ms[key] = f"{type(exc).__name__}: {exc}"
             if device.type == "cuda":
                 try:
                     torch.cuda.synchronize()
-                except Exception:  # noqa: BLE001 - a sticky CUDA error: nothing later can run
+                except Exception:
                     state["context_lost"] = f"quantize {key}"
     result["quant_ms"] = quant_ms
     for r in result["rows"]:
@@ -218,11 +242,16 @@ def main(argv=None) -> dict:
         if args.skip_flash or (only and i not in only):
             continue
         cfg = FlashConfig(bm, bn, warps, stages, ws, maxnreg)
-        name = (f"flash[{i}] qk={qk} pv={pv} {bm}x{bn} w{warps} s{stages}" + (" ws" if ws else "")
-                + (f" maxnreg={maxnreg}" if maxnreg else ""))
+        name = (
+            f"flash[{i}] qk={qk} pv={pv} {bm}x{bn} w{warps} s{stages}"
+            + (" ws" if ws else "")
+            + (f" maxnreg={maxnreg}" if maxnreg else "")
+        )
         extra = {"kind": "flash", "index": i, "qk": qk, "pv": pv, "config": cfg.__dict__}
         if state["context_lost"]:
-            result["rows"].append({"name": name, **extra, "error": f"skipped: CUDA context lost at {state['context_lost']}"})
+            result["rows"].append(
+                {"name": name, **extra, "error": f"skipped: CUDA context lost at {state['context_lost']}"}
+            )
             continue
         if time.perf_counter() - t_start > 60 * args.budget_min:
             result["rows"].append({"name": name, **extra, "error": "skipped: time budget"})
@@ -249,21 +278,32 @@ def main(argv=None) -> dict:
     result["wall_s"] = round(time.perf_counter() - t_start, 1)
     path = write_result(args.out, "attention_sweep", result)
 
-    print(f"{result['device']}  torch {torch.__version__}  triton {result['triton']}  [B, L, N, D] = {[b, l, n, d]}"
-          f"  {flop / 1e12:.2f} TFLOP per call")
+    print(
+        f"{result['device']}  torch {torch.__version__}  triton {result['triton']}  [B, L, N, D] = {[b, l, n, d]}"
+        f"  {flop / 1e12:.2f} TFLOP per call"
+    )
     print(f"{'contender':58} {'ms':>8} {'TFLOP/s':>8} {'x cuDNN':>8} {'rel L2':>9} {'1st s':>6} {'quant ms':>8}")
     for r in result["rows"]:
         if "ms" not in r:
             print(f"{r['name'][:58]:58} FAILED: {r['error'][:100]}")
             continue
         qms = f"{r['quant_ms']:>8.3f}" if r.get("quant_ms") else f"{'':>8}"
-        print(f"{r['name'][:58]:58} {r['ms']:>8.3f} {r['tflops']:>8.1f} {r.get('x_cudnn', 0):>8.3f} "
-              f"{r['rel_l2_vs_f64']:>9.2e} {r['first_call_s']:>6.1f} {qms}")
+        print(
+            f"{r['name'][:58]:58} {r['ms']:>8.3f} {r['tflops']:>8.1f} {r.get('x_cudnn', 0):>8.3f} "
+            f"{r['rel_l2_vs_f64']:>9.2e} {r['first_call_s']:>6.1f} {qms}"
+        )
     print(f"quantization passes alone (ms): {quant_ms}")
     print(f"best: {result['best']}")
     print(f"wrote {path}")
-    summary = {"benchmark": "attention_sweep", "json": str(path), "best": result["best"], "rows": {
-        r["name"]: {k: r.get(k) for k in ("ms", "tflops", "x_cudnn", "rel_l2_vs_f64", "error")} for r in result["rows"]}}
+    summary = {
+        "benchmark": "attention_sweep",
+        "json": str(path),
+        "best": result["best"],
+        "rows": {
+            r["name"]: {k: r.get(k) for k in ("ms", "tflops", "x_cudnn", "rel_l2_vs_f64", "error")}
+            for r in result["rows"]
+        },
+    }
     print(json.dumps(summary))
     return result
 

@@ -27,11 +27,24 @@ def main() -> None:
     from diffusers import WanTransformer3DModel
 
     torch.manual_seed(0)
-    model = WanTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128, in_channels=16,
-        out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=8960, num_layers=30,
-        cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6,
-    ).to("cuda", torch.bfloat16).eval()
+    model = (
+        WanTransformer3DModel(
+            patch_size=(1, 2, 2),
+            num_attention_heads=12,
+            attention_head_dim=128,
+            in_channels=16,
+            out_channels=16,
+            text_dim=4096,
+            freq_dim=256,
+            ffn_dim=8960,
+            num_layers=30,
+            cross_attn_norm=True,
+            qk_norm="rms_norm_across_heads",
+            eps=1e-6,
+        )
+        .to("cuda", torch.bfloat16)
+        .eval()
+    )
     x = torch.randn(1, 16, 21, 60, 104, device="cuda", dtype=torch.bfloat16)
     t = torch.tensor([999.0], device="cuda")
     ctx = torch.randn(1, 512, 4096, device="cuda", dtype=torch.bfloat16)
@@ -59,9 +72,20 @@ def main() -> None:
     name = f"h200_diffusers_wan21_1p3b_{'compiled' if args.compile == 'regional' else 'eager'}_forward.json"
     prof.export_chrome_trace(str(args.out / name))
     times.sort()
-    print(json.dumps({"trace": name, "compile": args.compile, "weights": "random", "warmup_s": round(warmup_s, 1),
-                      "forward_ms": [round(v, 1) for v in times], "median_ms": round(times[1], 1),
-                      "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}))
+    print(
+        json.dumps(
+            {
+                "trace": name,
+                "compile": args.compile,
+                "weights": "random",
+                "warmup_s": round(warmup_s, 1),
+                "forward_ms": [round(v, 1) for v in times],
+                "median_ms": round(times[1], 1),
+                "torch": torch.__version__,
+                "gpu": torch.cuda.get_device_name(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

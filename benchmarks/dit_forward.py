@@ -64,17 +64,25 @@ if "--keep-caches" not in sys.argv:
 # run from a plain checkout: no install of wanscope needed
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import torch  # noqa: E402
-
-from _common import (  # noqa: E402
-    attention_f64, diffusers_bf16, diffusers_config, rel_l2, self_attention_inputs, sync, time_ms, version, write_result,
+import torch
+from _common import (
+    attention_f64,
+    diffusers_bf16,
+    diffusers_config,
+    rel_l2,
+    self_attention_inputs,
+    sync,
+    time_ms,
+    version,
+    write_result,
 )
-from wanscope.wan.config import DiTConfig, get_preset  # noqa: E402
-from wanscope.wan.dit import WanDiT  # noqa: E402
-from wanscope.wan.pipeline import denoise  # noqa: E402
-from wanscope.wan.precision import FastConfig, apply_fast_mode  # noqa: E402
-from wanscope.wan.sampler import FlowSampler, flow_schedule  # noqa: E402
-from wanscope.wan.weights import official_key  # noqa: E402
+
+from wanscope.wan.config import DiTConfig, get_preset
+from wanscope.wan.dit import WanDiT
+from wanscope.wan.pipeline import denoise
+from wanscope.wan.precision import FastConfig, apply_fast_mode
+from wanscope.wan.sampler import FlowSampler, flow_schedule
+from wanscope.wan.weights import official_key
 
 GIB = 2**30
 EXACT = "ours triton fp32-residual (exact)"  # the bf16 path the fast mode is built on
@@ -198,19 +206,30 @@ def main(argv=None) -> dict:
     ap.add_argument("--text-tokens", type=int, default=40, help="non-padding prompt tokens of the context")
     ap.add_argument("--peak-tflops", type=float, default=763.0, help="the floor's rate on the CPU")
     ap.add_argument("--attention", default="sdpa", help="our attention backend")
-    ap.add_argument("--whole-model-compile", action="store_true",
-                    help="also diffusers with torch.compile of the whole model (~2 min warm-up)")
-    ap.add_argument("--keep-caches", action="store_true",
-                    help="use the existing Inductor/Triton caches (warm-up then is not a first run's)")
+    ap.add_argument(
+        "--whole-model-compile",
+        action="store_true",
+        help="also diffusers with torch.compile of the whole model (~2 min warm-up)",
+    )
+    ap.add_argument(
+        "--keep-caches",
+        action="store_true",
+        help="use the existing Inductor/Triton caches (warm-up then is not a first run's)",
+    )
     ap.add_argument("--only", default=None, help="comma-separated substrings: run only matching contenders")
-    ap.add_argument("--fast", default="", metavar="SPEC",
-                    help="ours fast's FastConfig over its defaults, e.g. 'linears=ffn,qkv exact_blocks=0,-1'")
+    ap.add_argument(
+        "--fast",
+        default="",
+        metavar="SPEC",
+        help="ours fast's FastConfig over its defaults, e.g. 'linears=ffn,qkv exact_blocks=0,-1'",
+    )
     args = ap.parse_args(argv)
     if args.repeats < 5:
         ap.error("--repeats must be >= 5")
     fast_cfg = FastConfig.parse(args.fast)
 
-    from diffusers import WanTransformer3DModel, __version__ as diffusers_version
+    from diffusers import WanTransformer3DModel
+    from diffusers import __version__ as diffusers_version
 
     device = torch.device("cpu" if args.smoke else "cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -253,8 +272,9 @@ def main(argv=None) -> dict:
     # diffusers' pipeline hands the transformer its inputs in the transformer dtype
     lat_low, ctx_low = latents.to(dtype), context.to(dtype)
 
-    def ours_model(fp32_residual: bool, kernels: str, compile_blocks: bool = False,
-                   attention: str | None = None) -> WanDiT:
+    def ours_model(
+        fp32_residual: bool, kernels: str, compile_blocks: bool = False, attention: str | None = None
+    ) -> WanDiT:
         with torch.device("meta"):
             m = WanDiT(replace(cfg, fp32_residual=fp32_residual))
         m.load_state_dict(state, assign=True)
@@ -344,8 +364,14 @@ def main(argv=None) -> dict:
             fast_row["fast_config"] = fast_cfg.spec()
             exact_row = next((r for r in rows if r["name"] == exact_name and r["ms"] is not None), None)
             try:
-                fast_errors(fast_row, exact_row, lambda a=attention: ours_model(True, "triton", attention=a),
-                            fast_cfg, (latents, timestep, context), ref)
+                fast_errors(
+                    fast_row,
+                    exact_row,
+                    lambda a=attention: ours_model(True, "triton", attention=a),
+                    fast_cfg,
+                    (latents, timestep, context),
+                    ref,
+                )
             except Exception as exc:  # the timing stands without the error figures
                 traceback.print_exc()
                 fast_row["fast_errors_error"] = f"{type(exc).__name__}: {exc}"
@@ -354,25 +380,42 @@ def main(argv=None) -> dict:
 
         # one full CFG step of our loop (cond + uncond + UniPC step), first step of the schedule,
         # on the fastest of our exact (fp32-residual) eager contenders
-        exact = [r for r in rows if r["name"].startswith("ours") and "fp32-residual" in r["name"]
-                 and "compile" not in r["name"] and r["ms"] is not None]
+        exact = [
+            r
+            for r in rows
+            if r["name"].startswith("ours")
+            and "fp32-residual" in r["name"]
+            and "compile" not in r["name"]
+            and r["ms"] is not None
+        ]
         cfg_rows = []
         if exact:
             best = min(exact, key=lambda r: r["ms"])
-            dit = ours_model(True, "triton" if "triton" in best["name"] else "torch",
-                             attention=best.get("attention_backend"))
+            dit = ours_model(
+                True, "triton" if "triton" in best["name"] else "torch", attention=best.get("attention_backend")
+            )
             cond = context.to(dit.dtype)
             uncond = torch.zeros_like(cond)
             uncond[:, :n_text] = torch.randn(1, n_text, cfg.text_dim, generator=g, device=device).to(dit.dtype)
             schedule = flow_schedule(preset.sampling.steps, preset.sampling.shift)
             for mode in ("sequential", "batched"):
+
                 def step(mode=mode):
-                    return denoise(dit, latents, cond, uncond, FlowSampler(schedule), preset.sampling.guidance,
-                                   mode, stop=1)
+                    return denoise(
+                        dit, latents, cond, uncond, FlowSampler(schedule), preset.sampling.guidance, mode, stop=1
+                    )
 
                 try:
-                    row, _ = measure(f"{best['name']} CFG step ({mode})", step, device, args.warmup,
-                                     args.repeats, None, 2 * flops, peak_tflops)
+                    row, _ = measure(
+                        f"{best['name']} CFG step ({mode})",
+                        step,
+                        device,
+                        args.warmup,
+                        args.repeats,
+                        None,
+                        2 * flops,
+                        peak_tflops,
+                    )
                 except Exception as exc:
                     traceback.print_exc()
                     row = {"name": f"CFG step ({mode})", "error": f"{type(exc).__name__}: {exc}"}
@@ -408,12 +451,18 @@ def main(argv=None) -> dict:
     }
     path = write_result(args.out, "dit_forward", result)
 
-    print(f"{result['device']}  torch {torch.__version__}  triton {result['triton']}  diffusers {diffusers_version}  "
-          f"{preset.name}  latents {list(shape)}  L={tokens}  {result['dtype']}")
-    print(f"forward: {flops / 1e12:.1f} TFLOP; matmul {peak_tflops:.0f} TFLOP/s -> floor {floor_ms:.1f} ms; "
-          f"best compile {best_compile_ms} ms; diffusers fp32 vs ours fp32 rel L2 {diffusers_fp32_err:.2e}")
-    header = (f"{'contender':54} {'ms':>8} {'x best':>7} {'x floor':>7} {'TFLOP/s':>8} {'rel L2':>9} "
-              f"{'GiB':>6} {'warm s':>7}  attention kernel")
+    print(
+        f"{result['device']}  torch {torch.__version__}  triton {result['triton']}  diffusers {diffusers_version}  "
+        f"{preset.name}  latents {list(shape)}  L={tokens}  {result['dtype']}"
+    )
+    print(
+        f"forward: {flops / 1e12:.1f} TFLOP; matmul {peak_tflops:.0f} TFLOP/s -> floor {floor_ms:.1f} ms; "
+        f"best compile {best_compile_ms} ms; diffusers fp32 vs ours fp32 rel L2 {diffusers_fp32_err:.2e}"
+    )
+    header = (
+        f"{'contender':54} {'ms':>8} {'x best':>7} {'x floor':>7} {'TFLOP/s':>8} {'rel L2':>9} "
+        f"{'GiB':>6} {'warm s':>7}  attention kernel"
+    )
     print(header)
     print("-" * len(header))
     for r in rows + cfg_rows:
@@ -424,23 +473,37 @@ def main(argv=None) -> dict:
         def fmt(v, spec):
             return "" if v is None else format(v, spec)
 
-        print(f"{r['name'][:54]:54} {r['median_ms']:>8.1f} {fmt(r.get('ratio_vs_best_compile'), '.3f'):>7} "
-              f"{fmt(r.get('ratio_vs_floor'), '.3f'):>7} {r['tflops']:>8.1f} {fmt(r['rel_l2_vs_fp32'], '.2e'):>9} "
-              f"{fmt(r.get('peak_mem_gib'), '.2f'):>6} {r['warmup_s']:>7.1f}  {(r.get('attention_kernel') or '')[:60]}")
+        print(
+            f"{r['name'][:54]:54} {r['median_ms']:>8.1f} {fmt(r.get('ratio_vs_best_compile'), '.3f'):>7} "
+            f"{fmt(r.get('ratio_vs_floor'), '.3f'):>7} {r['tflops']:>8.1f} {fmt(r['rel_l2_vs_fp32'], '.2e'):>9} "
+            f"{fmt(r.get('peak_mem_gib'), '.2f'):>6} {r['warmup_s']:>7.1f}  {(r.get('attention_kernel') or '')[:60]}"
+        )
     for r in rows:
         if r["name"] in (FAST, FAST + HOPPER) and "attention_rel_l2_vs_f64" in r:
-            print(f"{r['name']} ({r['fast_config']}): error {r['error_vs_bf16']:.2f}x the bf16 path's "
-                  f"({r['rel_l2_vs_fp32']:.2e} vs {r['exact_rel_l2_vs_fp32']:.2e}; issue 9: <= 5x); "
-                  f"attention alone vs float64 {r['attention_rel_l2_vs_f64']:.2e}, exact "
-                  f"{r['exact_attention_rel_l2_vs_f64']:.2e} ({r['attention_error_vs_exact']:.2f}x)")
+            print(
+                f"{r['name']} ({r['fast_config']}): error {r['error_vs_bf16']:.2f}x the bf16 path's "
+                f"({r['rel_l2_vs_fp32']:.2e} vs {r['exact_rel_l2_vs_fp32']:.2e}; issue 9: <= 5x); "
+                f"attention alone vs float64 {r['attention_rel_l2_vs_f64']:.2e}, exact "
+                f"{r['exact_attention_rel_l2_vs_f64']:.2e} ({r['attention_error_vs_exact']:.2f}x)"
+            )
     print(f"wrote {path}")
+
     def summary(r):
         keys = ("ms", "ratio_vs_best_compile", "rel_l2_error")
         keys += tuple(k for k in ("error_vs_bf16", "attention_rel_l2_vs_f64") if k in r)
         return {k: r.get(k) for k in keys}
 
-    print(json.dumps({"benchmark": "dit_forward", "json": str(path), "floor_ms": round(floor_ms, 2),
-                      "best_compile_ms": best_compile_ms, **{r["name"]: summary(r) for r in rows}}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "dit_forward",
+                "json": str(path),
+                "floor_ms": round(floor_ms, 2),
+                "best_compile_ms": best_compile_ms,
+                **{r["name"]: summary(r) for r in rows},
+            }
+        )
+    )
     return result
 
 

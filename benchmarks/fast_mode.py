@@ -44,13 +44,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
+from _common import attention_f64, rel_l2, time_ms, version, write_result
 
-from _common import attention_f64, rel_l2, time_ms, version, write_result  # noqa: E402
-from wanscope.wan.config import get_preset  # noqa: E402
-from wanscope.wan.dit import WanDiT  # noqa: E402
-from wanscope.wan.precision import FastConfig, apply_fast_mode  # noqa: E402
+from wanscope.wan.config import get_preset
+from wanscope.wan.dit import WanDiT
+from wanscope.wan.precision import FastConfig, apply_fast_mode
 
 # The sweep against issue 9's bound (forward error <= 5x the bf16 path's; all FP8 linears gave
 # 7.3x in run 4, benchmarks/RESULTS.md). One FP8 family at a time, with cuDNN attention: each
@@ -123,10 +123,16 @@ def forward_section(args, device, cfg, shape, text_len):
             t0 = time.perf_counter()
             with torch.no_grad():
                 times, out = time_ms(lambda: m(latents, timestep, context), device, args.warmup, args.repeats)
-            rows.append({"name": name, "ms": round(statistics.median(times), 3),
-                         "times_ms": [round(t, 3) for t in times], "rel_l2_vs_fp32": rel_l2(out, ref),
-                         "wall_s": round(time.perf_counter() - t0, 1),
-                         "config": None if fast is None else fast.spec()})
+            rows.append(
+                {
+                    "name": name,
+                    "ms": round(statistics.median(times), 3),
+                    "times_ms": [round(t, 3) for t in times],
+                    "rel_l2_vs_fp32": rel_l2(out, ref),
+                    "wall_s": round(time.perf_counter() - t0, 1),
+                    "config": None if fast is None else fast.spec(),
+                }
+            )
         except Exception as exc:
             traceback.print_exc()
             rows.append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
@@ -141,8 +147,7 @@ def forward_section(args, device, cfg, shape, text_len):
             # independent errors add in quadrature (so the --smoke sweep: the all-FP8 error is the
             # root sum of squares of bf16's and each family's added error, within 2%): the error a
             # variant adds, in units of bf16's, lets combinations be predicted; 5x allows sqrt(24)
-            r["added_error_vs_bf16"] = (round(math.sqrt(max(r["error_vs_bf16"] ** 2 - 1, 0.0)), 2)
-                                        if exact else None)
+            r["added_error_vs_bf16"] = round(math.sqrt(max(r["error_vs_bf16"] ** 2 - 1, 0.0)), 2) if exact else None
             r["speedup_vs_bf16"] = round(exact_ms / r["ms"], 3) if exact_ms else None
             r["ratio_vs_best_compile"] = round(r["ms"] / args.best_compile_ms, 3)
     return rows
@@ -167,15 +172,23 @@ def attention_section(args, device, b, l, n, d):
             return F.scaled_dot_product_attention(qt, kt, vt).transpose(1, 2)
 
     rows = []
-    for name, fn in (("cuDNN SDPA bf16", sdpa),
-                     ("ours INT8 QK^T, e4m3 PV", lambda: attention_int8(q, k, v, True)),
-                     ("ours INT8 QK^T, bf16 PV", lambda: attention_int8(q, k, v, False))):
+    for name, fn in (
+        ("cuDNN SDPA bf16", sdpa),
+        ("ours INT8 QK^T, e4m3 PV", lambda: attention_int8(q, k, v, True)),
+        ("ours INT8 QK^T, bf16 PV", lambda: attention_int8(q, k, v, False)),
+    ):
         print(f"... attention: {name}", file=sys.stderr, flush=True)
         try:
             times, out = time_ms(fn, device, args.warmup + 1, args.repeats)
             ms = statistics.median(times)
-            rows.append({"name": name, "ms": round(ms, 3), "tflops": round(flop / ms / 1e9, 1),
-                         "rel_l2_vs_f64": rel_l2(out, ref)})
+            rows.append(
+                {
+                    "name": name,
+                    "ms": round(ms, 3),
+                    "tflops": round(flop / ms / 1e9, 1),
+                    "rel_l2_vs_f64": rel_l2(out, ref),
+                }
+            )
         except Exception as exc:
             traceback.print_exc()
             rows.append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
@@ -206,8 +219,12 @@ def kernel_section(args, device, tokens, cfg):
             rows.append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
 
     with torch.no_grad():
-        for label, k_in, n_out, gelu in (("qkv", c, 3 * c, False), ("o / cross q / cross o", c, c, False),
-                                         ("ffn up", c, f, False), ("ffn down (GELU in quantizer)", f, c, True)):
+        for label, k_in, n_out, gelu in (
+            ("qkv", c, 3 * c, False),
+            ("o / cross q / cross o", c, c, False),
+            ("ffn up", c, f, False),
+            ("ffn down (GELU in quantizer)", f, c, True),
+        ):
             x = torch.randn(tokens, k_in, generator=g, device=device).to(torch.bfloat16)
             w = (torch.randn(n_out, k_in, generator=g, device=device) / k_in**0.5).to(torch.bfloat16)
             bias = torch.zeros(n_out, device=device, dtype=torch.bfloat16)
@@ -215,11 +232,17 @@ def kernel_section(args, device, tokens, cfg):
             record(f"GEMM {label} {tokens}x{k_in}x{n_out} bf16", lambda: F.linear(x, w, bias), flop)
             lin = FP8Linear(w, bias, gelu_input=gelu, fast_accum=FastConfig().fast_accum)  # as the fast mode
             record(f"GEMM {label} {tokens}x{k_in}x{n_out} FP8 (+quantize)", lambda: lin(x), flop)
-            record(f"quantize rows [{tokens}, {k_in}]{' +GELU' if gelu else ''}",
-                   lambda: quantize_fp8_rows(x, gelu), bytes_moved=3 * x.numel())  # read 2, write 1 byte
+            record(
+                f"quantize rows [{tokens}, {k_in}]{' +GELU' if gelu else ''}",
+                lambda: quantize_fp8_rows(x, gelu),
+                bytes_moved=3 * x.numel(),
+            )  # read 2, write 1 byte
         qk = torch.randn(1, tokens, cfg.num_heads, cfg.head_dim, generator=g, device=device).to(torch.bfloat16)
-        record(f"quantize q/k INT8 [{tokens}, {c}] (smoothed)", lambda: quantize_qk(qk, 1.0, True),
-               bytes_moved=5 * qk.numel())
+        record(
+            f"quantize q/k INT8 [{tokens}, {c}] (smoothed)",
+            lambda: quantize_qk(qk, 1.0, True),
+            bytes_moved=5 * qk.numel(),
+        )
         record(f"quantize v e4m3 [{tokens}, {c}] (torch ops)", lambda: quantize_v_fp8(qk))
     return rows
 
@@ -230,12 +253,21 @@ def main(argv=None) -> dict:
     ap.add_argument("--smoke", action="store_true", help="tiny preset on the CPU")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--best-compile-ms", type=float, default=527.9,
-                    help="diffusers' best compile per forward (dit_forward.py, H200, torch 2.11)")
+    ap.add_argument(
+        "--best-compile-ms",
+        type=float,
+        default=527.9,
+        help="diffusers' best compile per forward (dit_forward.py, H200, torch 2.11)",
+    )
     ap.add_argument("--compile", action="store_true", help="also the fast mode with each block compiled")
-    ap.add_argument("--variant", action="append", default=[], metavar="SPEC",
-                    help="a FastConfig spec to run instead of the built-in sweep (repeatable), e.g. "
-                         "'linears=ffn,qkv exact_blocks=0,-1 int8_attention=no'")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a FastConfig spec to run instead of the built-in sweep (repeatable), e.g. "
+        "'linears=ffn,qkv exact_blocks=0,-1 int8_attention=no'",
+    )
     ap.add_argument("--skip", default="", help="comma-separated sections to skip: forward,attention,kernels")
     args = ap.parse_args(argv)
     if args.repeats < 5:
@@ -256,14 +288,23 @@ def main(argv=None) -> dict:
     tokens = shape[2] * shape[3] * shape[4] // math.prod(cfg.patch_size)
     skip = set(filter(None, args.skip.split(",")))
 
-    result = {"benchmark": "fast_mode", "date": datetime.date.today().isoformat(), "preset": preset.name,
-              "latents": list(shape), "tokens": tokens, "smoke": args.smoke, "torch": torch.__version__,
-              "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-              "best_compile_ms": args.best_compile_ms}
+    result = {
+        "benchmark": "fast_mode",
+        "date": datetime.date.today().isoformat(),
+        "preset": preset.name,
+        "latents": list(shape),
+        "tokens": tokens,
+        "smoke": args.smoke,
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "best_compile_ms": args.best_compile_ms,
+    }
     result["triton"] = version("triton")
-    sections = (("forward", lambda: forward_section(args, device, replace(cfg), shape, cfg.text_len)),
-                ("attention", lambda: attention_section(args, device, 1, tokens, cfg.num_heads, cfg.head_dim)),
-                ("kernels", lambda: kernel_section(args, device, tokens, cfg)))
+    sections = (
+        ("forward", lambda: forward_section(args, device, replace(cfg), shape, cfg.text_len)),
+        ("attention", lambda: attention_section(args, device, 1, tokens, cfg.num_heads, cfg.head_dim)),
+        ("kernels", lambda: kernel_section(args, device, tokens, cfg)),
+    )
     for key, run in sections:
         if key in skip:
             continue
@@ -277,44 +318,77 @@ def main(argv=None) -> dict:
 
     path = write_result(args.out, "fast_mode", result)
 
-    print(f"{result['device']}  torch {torch.__version__}  triton {result['triton']}  {preset.name}  "
-          f"L={tokens}  best compile {args.best_compile_ms} ms (from dit_forward.py)")
+    print(
+        f"{result['device']}  torch {torch.__version__}  triton {result['triton']}  {preset.name}  "
+        f"L={tokens}  best compile {args.best_compile_ms} ms (from dit_forward.py)"
+    )
     fwd = result.get("forward")
     if isinstance(fwd, list):
-        print(f"{'DiT forward':42} {'ms':>8} {'x bf16':>7} {'x compile':>9} {'rel L2':>9} {'err x bf16':>10} "
-              f"{'added':>6}")
+        print(
+            f"{'DiT forward':42} {'ms':>8} {'x bf16':>7} {'x compile':>9} {'rel L2':>9} {'err x bf16':>10} {'added':>6}"
+        )
         for r in fwd:
             if "ms" not in r:
                 print(f"{r['name'][:42]:42} FAILED: {r['error'][:90]}")
                 continue
-            print(f"{r['name'][:42]:42} {r['ms']:>8.1f} {r['speedup_vs_bf16'] or 0:>7.3f} "
-                  f"{r['ratio_vs_best_compile']:>9.3f} {r['rel_l2_vs_fp32']:>9.2e} {r['error_vs_bf16'] or 0:>10.2f} "
-                  f"{r['added_error_vs_bf16'] or 0:>6.2f}")
-        print("x bf16: speed-up over the exact path; err x bf16: forward error over the exact path's (issue 9: "
-              "<= 5); added: sqrt(err^2 - 1), the error a variant adds in bf16 units (they add in quadrature: "
-              "a combination within sqrt(24) = 4.9 meets the bound)")
+            print(
+                f"{r['name'][:42]:42} {r['ms']:>8.1f} {r['speedup_vs_bf16'] or 0:>7.3f} "
+                f"{r['ratio_vs_best_compile']:>9.3f} {r['rel_l2_vs_fp32']:>9.2e} {r['error_vs_bf16'] or 0:>10.2f} "
+                f"{r['added_error_vs_bf16'] or 0:>6.2f}"
+            )
+        print(
+            "x bf16: speed-up over the exact path; err x bf16: forward error over the exact path's (issue 9: "
+            "<= 5); added: sqrt(err^2 - 1), the error a variant adds in bf16 units (they add in quadrature: "
+            "a combination within sqrt(24) = 4.9 meets the bound)"
+        )
     att = result.get("attention")
     if isinstance(att, dict) and "rows" in att:
         print(f"attention alone {att['shape']}: {'ms':>8} {'TFLOP/s':>8} {'rel L2 f64':>10}")
         for r in att["rows"]:
-            print(f"  {r['name'][:32]:32} " + (f"{r['ms']:>8.2f} {r['tflops']:>8.1f} {r['rel_l2_vs_f64']:>10.2e}"
-                                               if "ms" in r else f"FAILED: {r['error'][:90]}"))
+            print(
+                f"  {r['name'][:32]:32} "
+                + (
+                    f"{r['ms']:>8.2f} {r['tflops']:>8.1f} {r['rel_l2_vs_f64']:>10.2e}"
+                    if "ms" in r
+                    else f"FAILED: {r['error'][:90]}"
+                )
+            )
     if isinstance(result.get("kernels"), list):
         print("kernels:")
         for r in result["kernels"]:
-            extra = f"{r['tflops']:>8.1f} TFLOP/s" if "tflops" in r else (
-                f"{r['gb_per_s']:>8.1f} GB/s" if "gb_per_s" in r else "")
-            print(f"  {r['name'][:58]:58} " + (f"{r['ms']:>8.3f} ms {extra}" if "ms" in r
-                                               else f"FAILED: {r['error'][:80]}"))
+            extra = (
+                f"{r['tflops']:>8.1f} TFLOP/s"
+                if "tflops" in r
+                else (f"{r['gb_per_s']:>8.1f} GB/s" if "gb_per_s" in r else "")
+            )
+            print(
+                f"  {r['name'][:58]:58} "
+                + (f"{r['ms']:>8.3f} ms {extra}" if "ms" in r else f"FAILED: {r['error'][:80]}")
+            )
     print(f"wrote {path}")
     summary = {"benchmark": "fast_mode", "json": str(path)}
     if isinstance(fwd, list):
-        summary.update({r["name"]: {k: r.get(k) for k in ("ms", "ratio_vs_best_compile", "rel_l2_vs_fp32",
-                                                           "error_vs_bf16", "added_error_vs_bf16", "config",
-                                                           "error")} for r in fwd})
+        summary.update(
+            {
+                r["name"]: {
+                    k: r.get(k)
+                    for k in (
+                        "ms",
+                        "ratio_vs_best_compile",
+                        "rel_l2_vs_fp32",
+                        "error_vs_bf16",
+                        "added_error_vs_bf16",
+                        "config",
+                        "error",
+                    )
+                }
+                for r in fwd
+            }
+        )
     if isinstance(att, dict) and "rows" in att:
-        summary["attention"] = {r["name"]: {k: r.get(k) for k in ("ms", "tflops", "rel_l2_vs_f64", "error")}
-                                for r in att["rows"]}
+        summary["attention"] = {
+            r["name"]: {k: r.get(k) for k in ("ms", "tflops", "rel_l2_vs_f64", "error")} for r in att["rows"]
+        }
     print(json.dumps(summary))
     return result
 

@@ -31,18 +31,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from _common import time_ms, write_result
 
-from _common import time_ms, write_result  # noqa: E402
-from wanscope.kernels import gated_add, norm_modulate, rms_norm_rope  # noqa: E402
-from wanscope.kernels import norm_modulate as nm_mod  # noqa: E402
-from wanscope.kernels import rms_norm_rope as rr_mod  # noqa: E402
-from wanscope.wan.attention import attention  # noqa: E402
-from wanscope.wan.config import DiTConfig  # noqa: E402
-from wanscope.wan.dit import RMSNorm, apply_rope, modulate, rope_tables  # noqa: E402
-from wanscope.wan.fused import linear_gelu_tanh  # noqa: E402
+from wanscope.kernels import gated_add, norm_modulate, rms_norm_rope
+from wanscope.kernels import norm_modulate as nm_mod
+from wanscope.kernels import rms_norm_rope as rr_mod
+from wanscope.wan.attention import attention
+from wanscope.wan.config import DiTConfig
+from wanscope.wan.dit import RMSNorm, apply_rope, modulate, rope_tables
+from wanscope.wan.fused import linear_gelu_tanh
 
 COPY_TBPS = 4.16  # device-to-device copy, H200 (shared/DESIGN.md)
 nm_ref = sys.modules["wanscope.kernels.norm_modulate"].reference
@@ -90,27 +90,36 @@ def cases(device, l, c, n, ffn):
         tag = "fp32" if sdt == torch.float32 else "bf16"
         x = rnd(1, l, c, dtype=sdt)
         out += [
-            (f"norm_modulate ({tag} stream)",
-             lambda x=x: norm_modulate(x, shift=shift, scale=scale, out_dtype=bf),
-             lambda x=x: modulate(x, norm, shift, scale).to(bf),
-             lambda x=x: nm_ref(x, None, None, None, None, shift, scale, 1e-6, bf)[1],
-             nbytes(x) + l * c * 2),
-            (f"add_norm_modulate gate+norm3 ({tag})",
-             lambda x=x: norm_modulate(x, residual=y, gate=gate, weight=norm3.weight, bias=norm3.bias, out_dtype=bf),
-             lambda x=x: (lambda xs: (xs, F.layer_norm(xs.float(), (c,), norm3.weight, norm3.bias, 1e-6).to(bf)))(
-                 (x.float() + y * gate[:, None]).type_as(x)),
-             lambda x=x: nm_ref(x, y, gate, norm3.weight, norm3.bias, None, None, 1e-6, bf),
-             2 * nbytes(x) + nbytes(y) + l * c * 2),
-            (f"add_norm_modulate norm2+mod ({tag})",
-             lambda x=x: norm_modulate(x, residual=y, shift=shift, scale=scale, out_dtype=bf),
-             lambda x=x: (lambda xs: (xs, modulate(xs, norm, shift, scale).to(bf)))(x + y),
-             lambda x=x: nm_ref(x, y, None, None, None, shift, scale, 1e-6, bf),
-             2 * nbytes(x) + nbytes(y) + l * c * 2),
-            (f"gated_add ({tag})",
-             lambda x=x: gated_add(x, y, gate),
-             lambda x=x: (x.float() + y * gate[:, None]).type_as(x),
-             lambda x=x: nm_ref(x, y, gate, None, None, None, None, 0.0, sdt, False)[0],
-             2 * nbytes(x) + nbytes(y)),
+            (
+                f"norm_modulate ({tag} stream)",
+                lambda x=x: norm_modulate(x, shift=shift, scale=scale, out_dtype=bf),
+                lambda x=x: modulate(x, norm, shift, scale).to(bf),
+                lambda x=x: nm_ref(x, None, None, None, None, shift, scale, 1e-6, bf)[1],
+                nbytes(x) + l * c * 2,
+            ),
+            (
+                f"add_norm_modulate gate+norm3 ({tag})",
+                lambda x=x: norm_modulate(x, residual=y, gate=gate, weight=norm3.weight, bias=norm3.bias, out_dtype=bf),
+                lambda x=x: (lambda xs: (xs, F.layer_norm(xs.float(), (c,), norm3.weight, norm3.bias, 1e-6).to(bf)))(
+                    (x.float() + y * gate[:, None]).type_as(x)
+                ),
+                lambda x=x: nm_ref(x, y, gate, norm3.weight, norm3.bias, None, None, 1e-6, bf),
+                2 * nbytes(x) + nbytes(y) + l * c * 2,
+            ),
+            (
+                f"add_norm_modulate norm2+mod ({tag})",
+                lambda x=x: norm_modulate(x, residual=y, shift=shift, scale=scale, out_dtype=bf),
+                lambda x=x: (lambda xs: (xs, modulate(xs, norm, shift, scale).to(bf)))(x + y),
+                lambda x=x: nm_ref(x, y, None, None, None, shift, scale, 1e-6, bf),
+                2 * nbytes(x) + nbytes(y) + l * c * 2,
+            ),
+            (
+                f"gated_add ({tag})",
+                lambda x=x: gated_add(x, y, gate),
+                lambda x=x: (x.float() + y * gate[:, None]).type_as(x),
+                lambda x=x: nm_ref(x, y, gate, None, None, None, None, 0.0, sdt, False)[0],
+                2 * nbytes(x) + nbytes(y),
+            ),
         ]
     cfg = DiTConfig(dim=c, num_heads=n)
     f = 21 if l == 32760 else 1
@@ -120,22 +129,26 @@ def cases(device, l, c, n, ffn):
     rms = RMSNorm(c, 1e-6).to(device)
     rms.weight.data.copy_(rnd(c).abs() + 0.5)
     q_slice = qkv[..., :c]
-    out.append((
-        "rms_norm_rope (q slice of QKV)",
-        lambda: rms_norm_rope(q_slice, rms.weight, (cos, sin), n, 1e-6),
-        lambda: apply_rope(rms(q_slice).unflatten(-1, (n, -1)), cos, sin),
-        lambda: rr_ref(q_slice, rms.weight, cos, sin, n, 1e-6).unflatten(-1, (n, -1)),
-        2 * l * c * 2 + nbytes(cos, sin),
-    ))
+    out.append(
+        (
+            "rms_norm_rope (q slice of QKV)",
+            lambda: rms_norm_rope(q_slice, rms.weight, (cos, sin), n, 1e-6),
+            lambda: apply_rope(rms(q_slice).unflatten(-1, (n, -1)), cos, sin),
+            lambda: rr_ref(q_slice, rms.weight, cos, sin, n, 1e-6).unflatten(-1, (n, -1)),
+            2 * l * c * 2 + nbytes(cos, sin),
+        )
+    )
     h = rnd(1, l, c, dtype=bf)
     up = nn.Linear(c, ffn).to(device, bf)
-    out.append((
-        "FFN up + GELU-tanh (cuBLASLt epilogue on CUDA)",
-        lambda: linear_gelu_tanh(h, up),
-        lambda: F.gelu(up(h), approximate="tanh"),
-        lambda: F.gelu(F.linear(h.float(), up.weight.float(), up.bias.float()), approximate="tanh"),
-        nbytes(h, up.weight) + l * ffn * 2,
-    ))
+    out.append(
+        (
+            "FFN up + GELU-tanh (cuBLASLt epilogue on CUDA)",
+            lambda: linear_gelu_tanh(h, up),
+            lambda: F.gelu(up(h), approximate="tanh"),
+            lambda: F.gelu(F.linear(h.float(), up.weight.float(), up.bias.float()), approximate="tanh"),
+            nbytes(h, up.weight) + l * ffn * 2,
+        )
+    )
     return out, (h, up)
 
 
@@ -146,13 +159,14 @@ def attention_layouts(device, l, c, n, repeats):
     g = torch.Generator(device=device).manual_seed(1)
     d = c // n
     qkv = torch.randn(1, l, 3 * c, generator=g, device=device).to(torch.bfloat16)
-    q, k, v = (qkv[..., i * c:(i + 1) * c].unflatten(-1, (n, d)) for i in range(3))  # [B, L, N, D] views
+    q, k, v = (qkv[..., i * c : (i + 1) * c].unflatten(-1, (n, d)) for i in range(3))  # [B, L, N, D] views
     q, k = q.contiguous(), k.contiguous()  # as rms_norm_rope writes them
     layouts = {
         "token-major views, v a QKV slice (ours fused)": lambda: attention(q, k, v),
         "token-major, all contiguous (ours torch)": (lambda vc: lambda: attention(q, k, vc))(v.contiguous()),
         "head-major contiguous [B, N, L, D]": (lambda qh, kh, vh: lambda: F.scaled_dot_product_attention(qh, kh, vh))(
-            *(t.transpose(1, 2).contiguous() for t in (q, k, v))),
+            *(t.transpose(1, 2).contiguous() for t in (q, k, v))
+        ),
     }
     rows = []
     for name, fn in layouts.items():
@@ -164,11 +178,15 @@ def attention_layouts(device, l, c, n, repeats):
                     fn()
                     torch.cuda.synchronize()
                 names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-                kernel = max(set(names), key=lambda s: ("attention" in s.lower() or "fmha" in s.lower()
-                                                         or "flash" in s.lower(), len(s)), default=None)
+                kernel = max(
+                    set(names),
+                    key=lambda s: ("attention" in s.lower() or "fmha" in s.lower() or "flash" in s.lower(), len(s)),
+                    default=None,
+                )
             flops = 4 * l * l * c
-            rows.append({"name": name, "ms": round(ms, 3), "tflops": round(flops / (ms * 1e-3) / 1e12, 1),
-                         "kernel": kernel})
+            rows.append(
+                {"name": name, "ms": round(ms, 3), "tflops": round(flops / (ms * 1e-3) / 1e12, 1), "kernel": kernel}
+            )
         except Exception as exc:
             traceback.print_exc()
             rows.append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
@@ -198,10 +216,19 @@ def main(argv=None) -> dict:
                 fused_ms = median_ms(fused, device, args.repeats)
                 torch_ms = median_ms(unfused, device, args.repeats)
                 gbps = moved / (fused_ms * 1e-3) / 1e9
-                row = {"name": name, "fused_ms": round(fused_ms, 4), "torch_ms": round(torch_ms, 4),
-                       "speedup": round(torch_ms / fused_ms, 2), "bytes": moved, "fused_gbps": round(gbps, 1),
-                       "pct_of_copy": round(100 * gbps / (COPY_TBPS * 1e3), 1), "max_err": err, "torch_max_err": torch_err,
-                       "tol": tol, "ok": err <= max(tol, 1.1 * torch_err)}
+                row = {
+                    "name": name,
+                    "fused_ms": round(fused_ms, 4),
+                    "torch_ms": round(torch_ms, 4),
+                    "speedup": round(torch_ms / fused_ms, 2),
+                    "bytes": moved,
+                    "fused_gbps": round(gbps, 1),
+                    "pct_of_copy": round(100 * gbps / (COPY_TBPS * 1e3), 1),
+                    "max_err": err,
+                    "torch_max_err": torch_err,
+                    "tol": tol,
+                    "ok": err <= max(tol, 1.1 * torch_err),
+                }
             except Exception as exc:
                 traceback.print_exc()
                 row = {"name": name, "error": f"{type(exc).__name__}: {exc}"}
@@ -219,33 +246,61 @@ def main(argv=None) -> dict:
         attn_rows = attention_layouts(device, l, c, n, max(5, args.repeats // 4))
 
     today = datetime.date.today().isoformat()
-    result = {"benchmark": "kernels_bench", "date": today, "shape": {"L": l, "C": c, "N": n, "ffn": ffn},
-              "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-              "torch": torch.__version__, "triton": __import__("triton").__version__,
-              "copy_tbps": COPY_TBPS, "kernels": rows, "gelu_epilogue": gelu_check, "attention_layouts": attn_rows,
-              "smoke": args.smoke}
+    result = {
+        "benchmark": "kernels_bench",
+        "date": today,
+        "shape": {"L": l, "C": c, "N": n, "ffn": ffn},
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "triton": __import__("triton").__version__,
+        "copy_tbps": COPY_TBPS,
+        "kernels": rows,
+        "gelu_epilogue": gelu_check,
+        "attention_layouts": attn_rows,
+        "smoke": args.smoke,
+    }
     path = write_result(args.out, "kernels_bench", result)
 
     print(f"{result['device']}  torch {torch.__version__}  triton {result['triton']}  L={l} C={c}")
-    header = (f"{'op':48} {'fused ms':>9} {'torch ms':>9} {'x':>6} {'GB/s':>7} {'% copy':>7} {'max err':>9} "
-              f"{'torch err':>9} ok")
+    header = (
+        f"{'op':48} {'fused ms':>9} {'torch ms':>9} {'x':>6} {'GB/s':>7} {'% copy':>7} {'max err':>9} "
+        f"{'torch err':>9} ok"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
         if "error" in r:
             print(f"{r['name']:48} FAILED: {r['error'][:100]}")
             continue
-        print(f"{r['name'][:48]:48} {r['fused_ms']:>9.3f} {r['torch_ms']:>9.3f} {r['speedup']:>6.2f} "
-              f"{r['fused_gbps']:>7.0f} {r['pct_of_copy']:>7.1f} {r['max_err']:>9.2e} {r['torch_max_err']:>9.2e} {r['ok']}")
-    print(f"GELU epilogue: max err vs tanh {gelu_check['max_err_vs_tanh']:.2e}, vs erf "
-          f"{gelu_check['max_err_vs_erf']:.2e}: tanh form {gelu_check['is_tanh']}")
+        print(
+            f"{r['name'][:48]:48} {r['fused_ms']:>9.3f} {r['torch_ms']:>9.3f} {r['speedup']:>6.2f} "
+            f"{r['fused_gbps']:>7.0f} {r['pct_of_copy']:>7.1f} {r['max_err']:>9.2e} {r['torch_max_err']:>9.2e} {r['ok']}"
+        )
+    print(
+        f"GELU epilogue: max err vs tanh {gelu_check['max_err_vs_tanh']:.2e}, vs erf "
+        f"{gelu_check['max_err_vs_erf']:.2e}: tanh form {gelu_check['is_tanh']}"
+    )
     for r in attn_rows:
-        print(f"SDPA {r['name']:48} " + (f"{r['ms']:.2f} ms {r['tflops']} TFLOP/s {r['kernel']}"
-                                          if "error" not in r else f"FAILED: {r['error'][:100]}"))
+        print(
+            f"SDPA {r['name']:48} "
+            + (
+                f"{r['ms']:.2f} ms {r['tflops']} TFLOP/s {r['kernel']}"
+                if "error" not in r
+                else f"FAILED: {r['error'][:100]}"
+            )
+        )
     print(f"wrote {path}")
-    print(json.dumps({"benchmark": "kernels_bench", "json": str(path), "all_ok": all(r.get("ok") for r in rows),
-                      "gelu_is_tanh": gelu_check["is_tanh"],
-                      **{r["name"]: {k: r.get(k) for k in ("fused_ms", "torch_ms", "pct_of_copy", "ok")} for r in rows}}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "kernels_bench",
+                "json": str(path),
+                "all_ok": all(r.get("ok") for r in rows),
+                "gelu_is_tanh": gelu_check["is_tanh"],
+                **{r["name"]: {k: r.get(k) for k in ("fused_ms", "torch_ms", "pct_of_copy", "ok")} for r in rows},
+            }
+        )
+    )
     return result
 
 

@@ -115,14 +115,19 @@ def parse_args(argv=None):
     p.add_argument("--kernels", choices=["torch", "triton"], default="torch", help="our DiT's block kernels")
     p.add_argument("--gpus", default="1,2", help="comma-separated GPU counts (see plan_cases)")
     p.add_argument("--only", help="comma-separated subset of the planned case names")
-    p.add_argument("--head-groups", default="1@nccl,2@nccl,1@copy-engine,2@copy-engine,3@copy-engine,6@copy-engine",
-                   help="Ulysses head groupings to time, comma-separated: a count (3) or sizes (1+4+1), "
-                        "'@copy-engine' or '@nccl' after one picks its transport (parallel/exchange.py; "
-                        "default plan.ulysses_transport's); those that do not fit a case's heads per rank "
-                        "are skipped")
-    p.add_argument("--normal-priority", default="2@nccl",
-                   help="of those, the ones to time again with the all-to-alls on a normal-priority stream "
-                        "('' for none)")
+    p.add_argument(
+        "--head-groups",
+        default="1@nccl,2@nccl,1@copy-engine,2@copy-engine,3@copy-engine,6@copy-engine",
+        help="Ulysses head groupings to time, comma-separated: a count (3) or sizes (1+4+1), "
+        "'@copy-engine' or '@nccl' after one picks its transport (parallel/exchange.py; "
+        "default plan.ulysses_transport's); those that do not fit a case's heads per rank "
+        "are skipped",
+    )
+    p.add_argument(
+        "--normal-priority",
+        default="2@nccl",
+        help="of those, the ones to time again with the all-to-alls on a normal-priority stream ('' for none)",
+    )
     p.add_argument("--no-profile", action="store_true", help="skip the profiled step of each Ulysses variant")
     p.add_argument("--case-timeout", type=int, default=300, help="seconds per case")
     p.add_argument("--smoke", action="store_true", help="tiny preset at 64x48x5 on the CPU (gloo)")
@@ -138,6 +143,7 @@ def parse_args(argv=None):
 
 
 # ---------------------------------------------------------------- worker side (one rank)
+
 
 class _Clock:
     """Step ends: CUDA events on a GPU (recording one is no host sync), host time on the CPU."""
@@ -234,13 +240,19 @@ def exposed_communication(trace: Path) -> dict:
     events = json.loads(trace.read_text())["traceEvents"]
     starts = [float(e["ts"]) for e in events if e.get("ph") == "X" and e.get("name") == STEP_RANGE]
     since_ns = round(min(starts) * 1000) if starts else None
-    kernels = [(round(float(e["ts"]) * 1000), round(float(e["dur"]) * 1000), e["name"].lower())
-               for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    kernels = [
+        (round(float(e["ts"]) * 1000), round(float(e["dur"]) * 1000), e["name"].lower())
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") == "kernel"
+    ]
     kernels = [k for k in kernels if since_ns is None or k[0] >= since_ns]
     if not kernels:
         return {"kernels": 0}
-    copies = [(round(float(e["ts"]) * 1000), round(float(e["dur"]) * 1000)) for e in events
-              if e.get("ph") == "X" and e.get("cat") == "gpu_memcpy"]
+    copies = [
+        (round(float(e["ts"]) * 1000), round(float(e["dur"]) * 1000))
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") == "gpu_memcpy"
+    ]
     copies = [(s, s + d) for s, d in copies if since_ns is None or s >= since_ns]
     span = [(s, s + d) for s, d, _ in kernels]
     is_comm = ["nccl" in n or "barrier_kernel" in n for _, _, n in kernels]
@@ -253,8 +265,10 @@ def exposed_communication(trace: Path) -> dict:
         return round(ns / 1e6, 3)
 
     return {
-        "kernels": len(kernels), "step_gpu_ms": ms(max(e for _, e in span) - min(s for s, _ in span)),
-        "all_to_all_count": len(a2a), "all_to_all_ms": ms(sum(e - s for s, e in a2a)),
+        "kernels": len(kernels),
+        "step_gpu_ms": ms(max(e for _, e in span) - min(s for s, _ in span)),
+        "all_to_all_count": len(a2a),
+        "all_to_all_ms": ms(sum(e - s for s, e in a2a)),
         "exposed_all_to_all_ms": ms(_union_ns(a2a + compute) - busy),
         "communication_ms": ms(sum(e - s for s, e in comm)),
         "copy_engine_ms": ms(sum(e - s for s, e in copies)),
@@ -302,11 +316,24 @@ def run_ours(args, mode, height, width) -> dict:
                 shard_dit(vctx, dit, parse_head_groups(sizes), transport or None)
             clock = _Clock(device)
             clock.mark()
-            latents = denoise(dit, noise, cond, uncond, FlowSampler(schedule), cfg.sampling.guidance, stop=total,
-                              on_step=lambda i, _x, mark=clock.mark: mark(), parallel=vctx)
-            row = {"variant": label, "head_groups": groups,
-                   "comm_priority": None if groups is None else ("high" if high_priority else "normal"),
-                   "step_ms": clock.step_ms()[args.warmup:], "peak_memory_bytes": _peak(device)}
+            latents = denoise(
+                dit,
+                noise,
+                cond,
+                uncond,
+                FlowSampler(schedule),
+                cfg.sampling.guidance,
+                stop=total,
+                on_step=lambda i, _x, mark=clock.mark: mark(),
+                parallel=vctx,
+            )
+            row = {
+                "variant": label,
+                "head_groups": groups,
+                "comm_priority": None if groups is None else ("high" if high_priority else "normal"),
+                "step_ms": clock.step_ms()[args.warmup :],
+                "peak_memory_bytes": _peak(device),
+            }
             name = "latents.pt" if label is None else f"latents-{label.replace(' ', '-')}.pt"
             if rank == 0:
                 torch.save(latents.cpu(), args.work / name)
@@ -371,10 +398,18 @@ def run_diffusers(args, mode, height, width) -> dict:
     torch.manual_seed(0)
     with torch.device(device):
         model = WanTransformer3DModel(
-            patch_size=d.patch_size, num_attention_heads=d.num_heads, attention_head_dim=d.head_dim,
-            in_channels=d.in_channels, out_channels=d.out_channels, text_dim=d.text_dim, freq_dim=d.freq_dim,
-            ffn_dim=d.ffn_dim, num_layers=d.num_layers, cross_attn_norm=d.cross_attn_norm,
-            qk_norm="rms_norm_across_heads", eps=d.eps,
+            patch_size=d.patch_size,
+            num_attention_heads=d.num_heads,
+            attention_head_dim=d.head_dim,
+            in_channels=d.in_channels,
+            out_channels=d.out_channels,
+            text_dim=d.text_dim,
+            freq_dim=d.freq_dim,
+            ffn_dim=d.ffn_dim,
+            num_layers=d.num_layers,
+            cross_attn_norm=d.cross_attn_norm,
+            qk_norm="rms_norm_across_heads",
+            eps=d.eps,
         )
     model = model.to(dtype).eval().requires_grad_(False)
     rank = 0
@@ -395,8 +430,18 @@ def run_diffusers(args, mode, height, width) -> dict:
                 for context in (cond, uncond):
                     model(hidden_states=latents, timestep=t, encoder_hidden_states=context, return_dict=False)
                 clock.mark()
-        return {"rank": rank, "rows": [{"variant": None, "head_groups": None, "comm_priority": None,
-                                        "step_ms": clock.step_ms()[args.warmup:], "peak_memory_bytes": _peak(device)}]}
+        return {
+            "rank": rank,
+            "rows": [
+                {
+                    "variant": None,
+                    "head_groups": None,
+                    "comm_priority": None,
+                    "step_ms": clock.step_ms()[args.warmup :],
+                    "peak_memory_bytes": _peak(device),
+                }
+            ],
+        }
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -412,16 +457,49 @@ def worker(args) -> None:
 
 # ---------------------------------------------------------------- driver side
 
+
 def run_case(args, name: str, procs: int, impl: str, mode: str | None, work: Path) -> list[dict]:
     """The rows of one case (one per Ulysses variant, else one), or one row with its error."""
     work.mkdir(parents=True, exist_ok=True)
-    passthrough = ["--preset", args.preset, "--size", args.size, "--frames", str(args.frames),
-                   "--warmup", str(args.warmup), "--steps", str(args.steps), "--kernels", args.kernels,
-                   "--head-groups", args.head_groups, "--normal-priority", args.normal_priority,
-                   *(["--no-profile"] if args.no_profile else []), "--out", str(args.out), "--case", name, "--impl", impl, "--mode", mode or "",
-                   "--work", str(work)] + (["--smoke"] if args.smoke else [])
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs),
-           __file__, *passthrough]
+    passthrough = [
+        "--preset",
+        args.preset,
+        "--size",
+        args.size,
+        "--frames",
+        str(args.frames),
+        "--warmup",
+        str(args.warmup),
+        "--steps",
+        str(args.steps),
+        "--kernels",
+        args.kernels,
+        "--head-groups",
+        args.head_groups,
+        "--normal-priority",
+        args.normal_priority,
+        *(["--no-profile"] if args.no_profile else []),
+        "--out",
+        str(args.out),
+        "--case",
+        name,
+        "--impl",
+        impl,
+        "--mode",
+        mode or "",
+        "--work",
+        str(work),
+    ] + (["--smoke"] if args.smoke else [])
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(procs),
+        __file__,
+        *passthrough,
+    ]
     row = {"case": name, "implementation": impl, "parallel": mode, "gpus": procs}
     try:
         r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=args.case_timeout)
@@ -436,15 +514,23 @@ def run_case(args, name: str, procs: int, impl: str, mode: str | None, work: Pat
     rows = []
     for sub in res["rows"]:
         ms = sub["step_ms"]
-        rows.append({
-            **row, "case": name if sub["variant"] is None else f"{name} {sub['variant']}",
-            "head_groups": sub["head_groups"], "comm_priority": sub["comm_priority"],
-            "step_ms_median": round(statistics.median(ms), 3), "step_ms_min": round(min(ms), 3),
-            "step_ms_max": round(max(ms), 3), "step_ms": [round(v, 3) for v in ms],
-            "peak_memory_gib": None if sub["peak_memory_bytes"] is None else round(sub["peak_memory_bytes"] / GIB, 3),
-            "latents": None if sub.get("latents") is None else str(work / sub["latents"]),
-            **({"profile": sub["profile"]} if "profile" in sub else {}),
-        })
+        rows.append(
+            {
+                **row,
+                "case": name if sub["variant"] is None else f"{name} {sub['variant']}",
+                "head_groups": sub["head_groups"],
+                "comm_priority": sub["comm_priority"],
+                "step_ms_median": round(statistics.median(ms), 3),
+                "step_ms_min": round(min(ms), 3),
+                "step_ms_max": round(max(ms), 3),
+                "step_ms": [round(v, 3) for v in ms],
+                "peak_memory_gib": None
+                if sub["peak_memory_bytes"] is None
+                else round(sub["peak_memory_bytes"] / GIB, 3),
+                "latents": None if sub.get("latents") is None else str(work / sub["latents"]),
+                **({"profile": sub["profile"]} if "profile" in sub else {}),
+            }
+        )
     return rows
 
 
@@ -470,8 +556,11 @@ def main(args) -> dict:
     for name, (procs, impl, mode) in cases.items():
         for row in run_case(args, name, procs, impl, mode, work / name):
             rows.append(row)
-            print(f"{row['case']}: " + (row.get("error") or f"{row['step_ms_median']} ms/step"), file=sys.stderr,
-                  flush=True)
+            print(
+                f"{row['case']}: " + (row.get("error") or f"{row['step_ms_median']} ms/step"),
+                file=sys.stderr,
+                flush=True,
+            )
     by = {r["case"]: r for r in rows}
     base = by.get("ours_1gpu", {}).get("latents")
     for row in rows:
@@ -487,13 +576,22 @@ def main(args) -> dict:
         if row["implementation"] == "ours" and row["parallel"] and base and mine:
             row["rel_l2_vs_ours_1gpu"] = rel_l2(torch.load(mine), torch.load(base))
     result = {
-        "benchmark": "multi_gpu", "preset": args.preset, "size": args.size, "frames": args.frames,
-        "warmup_steps": args.warmup, "timed_steps": args.steps, "kernels": args.kernels, "smoke": args.smoke,
-        "head_groups": args.head_groups, "normal_priority": args.normal_priority,
-        "torch": torch.__version__, "cuda_devices": torch.cuda.device_count(),
+        "benchmark": "multi_gpu",
+        "preset": args.preset,
+        "size": args.size,
+        "frames": args.frames,
+        "warmup_steps": args.warmup,
+        "timed_steps": args.steps,
+        "kernels": args.kernels,
+        "smoke": args.smoke,
+        "head_groups": args.head_groups,
+        "normal_priority": args.normal_priority,
+        "torch": torch.__version__,
+        "cuda_devices": torch.cuda.device_count(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "env": {k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")},
-        "goals": {f"{n}gpu": g for n, g in GOALS.items()}, "cases": rows,
+        "goals": {f"{n}gpu": g for n, g in GOALS.items()},
+        "cases": rows,
     }
     try:
         import diffusers
@@ -511,13 +609,17 @@ def main(args) -> dict:
 
 
 def print_table(result: dict) -> None:
-    print(f"\n{result['preset']} {result['size']}x{result['frames']}, {result['timed_steps']} timed steps after "
-          f"{result['warmup_steps']} warm-up; {result['gpu'] or 'CPU'}, torch {result['torch']}, "
-          f"diffusers {result['diffusers']}")
+    print(
+        f"\n{result['preset']} {result['size']}x{result['frames']}, {result['timed_steps']} timed steps after "
+        f"{result['warmup_steps']} warm-up; {result['gpu'] or 'CPU'}, torch {result['torch']}, "
+        f"diffusers {result['diffusers']}"
+    )
     width = max([26] + [len(r["case"]) for r in result["cases"]])
-    header = (f"{'case':<{width}} {'GPUs':>4} {'median ms/step':>15} {'min':>9} {'max':>9} {'speedup':>8} "
-              f"{'eff. %':>7} {'vs diffusers':>12} {'peak GiB':>9} {'rel L2 vs 1 GPU':>16} "
-              f"{'a2a ms/step':>12} {'exposed':>8}")
+    header = (
+        f"{'case':<{width}} {'GPUs':>4} {'median ms/step':>15} {'min':>9} {'max':>9} {'speedup':>8} "
+        f"{'eff. %':>7} {'vs diffusers':>12} {'peak GiB':>9} {'rel L2 vs 1 GPU':>16} "
+        f"{'a2a ms/step':>12} {'exposed':>8}"
+    )
     print(header)
     print("-" * len(header))
 
@@ -532,13 +634,17 @@ def print_table(result: dict) -> None:
         if "error" in r:
             print(f"{r['case']:<{width}} {r['gpus']:>4} failed: {r['error']}")
             continue
-        print(f"{r['case']:<{width}} {r['gpus']:>4} {r['step_ms_median']:>15,.1f} {r['step_ms_min']:>9,.1f} "
-              f"{r['step_ms_max']:>9,.1f} {cell(r, 'speedup_vs_1gpu', '.3f'):>8} {cell(r, 'efficiency_pct', '.1f'):>7} "
-              f"{cell(r, 'speedup_vs_diffusers_ulysses', '.3f'):>12} {cell(r, 'peak_memory_gib', '.2f'):>9} "
-              f"{cell(r, 'rel_l2_vs_ours_1gpu', '.2e'):>16} {worst(r, 'all_to_all_ms'):>12} "
-              f"{worst(r, 'exposed_all_to_all_ms'):>8}")
-    print("a2a ms/step, exposed: the all-to-all kernels' time in one profiled step, and the part of it no compute "
-          "kernel overlapped (the larger of the ranks)")
+        print(
+            f"{r['case']:<{width}} {r['gpus']:>4} {r['step_ms_median']:>15,.1f} {r['step_ms_min']:>9,.1f} "
+            f"{r['step_ms_max']:>9,.1f} {cell(r, 'speedup_vs_1gpu', '.3f'):>8} {cell(r, 'efficiency_pct', '.1f'):>7} "
+            f"{cell(r, 'speedup_vs_diffusers_ulysses', '.3f'):>12} {cell(r, 'peak_memory_gib', '.2f'):>9} "
+            f"{cell(r, 'rel_l2_vs_ours_1gpu', '.2e'):>16} {worst(r, 'all_to_all_ms'):>12} "
+            f"{worst(r, 'exposed_all_to_all_ms'):>8}"
+        )
+    print(
+        "a2a ms/step, exposed: the all-to-all kernels' time in one profiled step, and the part of it no compute "
+        "kernel overlapped (the larger of the ranks)"
+    )
     for r in result["cases"]:
         goal = GOALS.get(r["gpus"])
         if r["implementation"] == "ours" and goal and r.get("speedup_vs_1gpu") is not None:

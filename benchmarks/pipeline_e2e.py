@@ -35,14 +35,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import torch  # noqa: E402
+import torch
+from _common import diffusers_bf16, diffusers_config, sync, version, write_result
 
-from _common import diffusers_bf16, diffusers_config, sync, version, write_result  # noqa: E402
-from wanscope.wan.attention import resolve_backend  # noqa: E402
-from wanscope.wan.config import get_preset  # noqa: E402
-from wanscope.wan.pipeline import Components, Request, encode_prompts, sample  # noqa: E402
-from wanscope.wan.text_encoder import TextEncoder, ByteTokenizer  # noqa: E402
-from wanscope.wan.vae import decode  # noqa: E402
+from wanscope.wan.attention import resolve_backend
+from wanscope.wan.config import get_preset
+from wanscope.wan.pipeline import Components, Request, encode_prompts, sample
+from wanscope.wan.text_encoder import ByteTokenizer, TextEncoder
+from wanscope.wan.vae import decode
 
 PROMPT = "A cat walks on the grass, realistic, daytime"
 NEGATIVE = "blurry, low quality, static, distorted"
@@ -77,8 +77,10 @@ class Clock:
 def ours(parts: Components, req: Request, encoder: TextEncoder, vae) -> dict:
     cfg, device = parts.config, parts.device
     dit = parts.dit()
-    ran = {"kernels": dit.kernels.value, "attention": resolve_backend(dit.attention_backend, device, dit.dtype,
-                                                                        cfg.dit.head_dim).value}
+    ran = {
+        "kernels": dit.kernels.value,
+        "attention": resolve_backend(dit.attention_backend, device, dit.dtype, cfg.dit.head_dim).value,
+    }
     # warm-up as diffusers' 1-step call: encode, one step, decode
     decode(vae, sample(dit, replace(req, steps=1), *encode_prompts(parts, req, encoder=encoder), cfg, device), cfg.vae)
     clock = Clock(device)
@@ -98,10 +100,16 @@ def theirs(parts: Components, req: Request, encoder: TextEncoder, vae, dtype) ->
     torch.manual_seed(0)
     with torch.device(device):
         transformer = diffusers_bf16(WanTransformer3DModel(**diffusers_config(cfg.dit)), dtype).eval()
-    scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
-                                        num_train_timesteps=1000, flow_shift=req.shift)
-    pipe = WanPipeline(tokenizer=word_tokenizer(cfg.text_encoder.vocab_size), text_encoder=encoder.model,
-                       transformer=transformer, vae=vae, scheduler=scheduler)
+    scheduler = UniPCMultistepScheduler(
+        prediction_type="flow_prediction", use_flow_sigmas=True, num_train_timesteps=1000, flow_shift=req.shift
+    )
+    pipe = WanPipeline(
+        tokenizer=word_tokenizer(cfg.text_encoder.vocab_size),
+        text_encoder=encoder.model,
+        transformer=transformer,
+        vae=vae,
+        scheduler=scheduler,
+    )
     pipe.set_progress_bar_config(disable=True)
     clock = Clock(device)
     encode_prompt, vae_decode = pipe.encode_prompt, vae.decode
@@ -109,10 +117,18 @@ def theirs(parts: Components, req: Request, encoder: TextEncoder, vae, dtype) ->
     vae.decode = lambda *a, **k: clock.run("vae_decode", vae_decode, *a, **k)
 
     def call(steps):
-        return pipe(prompt=req.prompt, negative_prompt=req.negative_prompt, height=req.height, width=req.width,
-                    num_frames=req.frames, num_inference_steps=steps, guidance_scale=req.guidance,
-                    max_sequence_length=cfg.dit.text_len, output_type="pt",
-                    generator=torch.Generator(device).manual_seed(req.seed))
+        return pipe(
+            prompt=req.prompt,
+            negative_prompt=req.negative_prompt,
+            height=req.height,
+            width=req.width,
+            num_frames=req.frames,
+            num_inference_steps=steps,
+            guidance_scale=req.guidance,
+            max_sequence_length=cfg.dit.text_len,
+            output_type="pt",
+            generator=torch.Generator(device).manual_seed(req.seed),
+        )
 
     try:
         call(1)  # warm-up
@@ -154,18 +170,37 @@ def main(argv=None) -> dict:
     config = get_preset("tiny" if args.smoke else "wan2.1-t2v-1.3b")
     height, width, frames = (64, 64, 5) if args.smoke else (480, 832, 81)
     steps = args.steps or (2 if args.smoke else 50)
-    req = Request(prompt=PROMPT, negative_prompt=NEGATIVE, height=height, width=width, frames=frames, steps=steps,
-                  guidance=5.0, shift=5.0, seed=0)
+    req = Request(
+        prompt=PROMPT,
+        negative_prompt=NEGATIVE,
+        height=height,
+        width=width,
+        frames=frames,
+        steps=steps,
+        guidance=5.0,
+        shift=5.0,
+        seed=0,
+    )
     parts = Components(config=config, device=device, dtype=dtype)
     # the two models both pipelines run: built once (random weights)
     encoder = TextEncoder(parts.text_encoder().model, ByteTokenizer(), config.dit.text_len)
     vae = parts.vae()
     result = {
-        "benchmark": "pipeline_e2e", "date": datetime.date.today().isoformat(), "smoke": args.smoke,
-        "preset": config.name, "size": f"{width}x{height}", "frames": frames, "steps": steps, "guidance": 5.0,
-        "shift": 5.0, "random_weights": True, "dtype": "bf16 (VAE fp32)",
+        "benchmark": "pipeline_e2e",
+        "date": datetime.date.today().isoformat(),
+        "smoke": args.smoke,
+        "preset": config.name,
+        "size": f"{width}x{height}",
+        "frames": frames,
+        "steps": steps,
+        "guidance": 5.0,
+        "shift": 5.0,
+        "random_weights": True,
+        "dtype": "bf16 (VAE fp32)",
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-        "torch": torch.__version__, "triton": version("triton"), "diffusers": version("diffusers"),
+        "torch": torch.__version__,
+        "triton": version("triton"),
+        "diffusers": version("diffusers"),
         "transformers": version("transformers"),
     }
     ours_s = ours(parts, req.with_cfg_resolved(config), encoder, vae)

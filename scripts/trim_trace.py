@@ -19,7 +19,6 @@ from decimal import Decimal
 from wanscope.analysis.summary import analyze
 from wanscope.trace import open_traces
 
-
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 
@@ -41,8 +40,11 @@ def main() -> None:
         ts = Decimal(str(e["ts"]))
         return ts <= hi and ts + Decimal(str(e.get("dur", 0))) >= lo
 
-    launched = {e["args"]["correlation"] for e in events
-                if e.get("cat") in LAUNCH_CATS and "ts" in e and lo <= Decimal(str(e["ts"])) <= hi}
+    launched = {
+        e["args"]["correlation"]
+        for e in events
+        if e.get("cat") in LAUNCH_CATS and "ts" in e and lo <= Decimal(str(e["ts"])) <= hi
+    }
 
     def keep(e: dict) -> bool:
         if e.get("ph") in ("M", None) or "ts" not in e:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import csv
 import decimal
 import io
-import os
 import json
 import math
+import os
 import sys
 
 import click

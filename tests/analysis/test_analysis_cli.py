@@ -31,8 +31,18 @@ def test_analyze_json_layout():
     doc = json.loads(r.stdout)
     assert doc["schema_version"] == 1
     (d,) = doc["devices"]
-    assert set(d) >= {"rank", "device", "window_ns", "busy_ns", "utilization_pct", "kernel_count",
-                      "kernel_time_ns", "top_kernels", "categories", "gaps"}
+    assert set(d) >= {
+        "rank",
+        "device",
+        "window_ns",
+        "busy_ns",
+        "utilization_pct",
+        "kernel_count",
+        "kernel_time_ns",
+        "top_kernels",
+        "categories",
+        "gaps",
+    }
     assert [k["name"] for k in d["top_kernels"]][-1] == "other" and len(d["top_kernels"]) == 4
     assert set(d["top_kernels"][0]) == {"name", "count", "total_ns", "mean_ns", "min_ns", "max_ns", "pct"}
     # integer ns like every time: 353,335,184 ns / 60 launches = 5,888,919.73 -> 5,888,920
@@ -77,8 +87,10 @@ def test_schema_lists_every_table_with_units():
 
 
 def test_analyze_never_imports_torch():
-    code = ("import sys; from wanscope.cli import main; main(['analyze', '--format', 'json']); "
-            "sys.stderr.write('TORCH_LOADED=%s' % ('torch' in sys.modules))")
+    code = (
+        "import sys; from wanscope.cli import main; main(['analyze', '--format', 'json']); "
+        "sys.stderr.write('TORCH_LOADED=%s' % ('torch' in sys.modules))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "TORCH_LOADED=False" in r.stderr
@@ -101,13 +113,16 @@ def test_a_random_weights_trace_says_so_when_analyzed_again():
     assert doc["notes"][0] == "RANDOM WEIGHTS (no checkpoint): timing/profiling run, not a real video"
 
 
-@pytest.mark.parametrize("args", [
-    ["analyze", "--top", "2000"],  # table (rich), 2.7 MB
-    ["analyze", "--top", "2000", "--format", "json"],  # 3.5 MB
-    ["query", "-", "SELECT * FROM cpu_ops", "--format", "csv"],
-    ["query", "-", "SELECT * FROM cpu_ops", "--format", "json"],
-    ["query", "-", "SELECT * FROM cpu_ops LIMIT 5000"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["analyze", "--top", "2000"],  # table (rich), 2.7 MB
+        ["analyze", "--top", "2000", "--format", "json"],  # 3.5 MB
+        ["query", "-", "SELECT * FROM cpu_ops", "--format", "csv"],
+        ["query", "-", "SELECT * FROM cpu_ops", "--format", "json"],
+        ["query", "-", "SELECT * FROM cpu_ops LIMIT 5000"],
+    ],
+)
 def test_a_closed_pipe_ends_quietly_with_exit_0(args):
     """``wanscope ... | head -1``: the reader leaves after one line, output far larger than a
     pipe's buffer is still being written."""
@@ -121,8 +136,10 @@ def test_a_closed_pipe_ends_quietly_with_exit_0(args):
 
 
 def test_a_broken_pipe_that_is_not_stdout_is_not_hidden():
-    code = ("import click\nfrom wanscope import cli\n@click.command()\ndef boom():\n    raise BrokenPipeError\n"
-            "cli.COMMANDS['boom'] = '__main__:boom'\ncli.main(['boom'])")
+    code = (
+        "import click\nfrom wanscope import cli\n@click.command()\ndef boom():\n    raise BrokenPipeError\n"
+        "cli.COMMANDS['boom'] = '__main__:boom'\ncli.main(['boom'])"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 1 and "BrokenPipeError" in r.stderr
 
@@ -133,9 +150,12 @@ def test_every_option_of_the_trace_commands_has_help():
     from wanscope.cli import cli
 
     ctx = click.Context(cli)
-    missing = [(name, p.opts[0]) for name in ("analyze", "query", "schema", "report", "diff", "stats")
-               for p in cli.get_command(ctx, name).params
-               if isinstance(p, click.Option) and not p.hidden and not p.help]
+    missing = [
+        (name, p.opts[0])
+        for name in ("analyze", "query", "schema", "report", "diff", "stats")
+        for p in cli.get_command(ctx, name).params
+        if isinstance(p, click.Option) and not p.hidden and not p.help
+    ]
     assert missing == []
     r = run_cli("report", "--help")
     assert "Kernels listed per device before the 'other' row" in " ".join(r.stdout.split())

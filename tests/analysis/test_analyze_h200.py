@@ -62,8 +62,12 @@ def test_gaps_and_the_stack_behind_the_largest(result):
     assert "cudnn::engines_precompiled::nchwToNhwcKernel" in big["next_op"]["name"]
     assert big["launch"]["api"] == "cudaLaunchKernel"
     stack = big["stack"]
-    wanted = ["diffusers/models/transformers/transformer_wan.py(628): forward", "nn.Module: Conv3d_0",
-              "aten::conv3d", "aten::cudnn_convolution"]
+    wanted = [
+        "diffusers/models/transformers/transformer_wan.py(628): forward",
+        "nn.Module: Conv3d_0",
+        "aten::conv3d",
+        "aten::cudnn_convolution",
+    ]
     positions = [stack.index(w) for w in wanted]
     assert positions == sorted(positions)
     assert stack[-1] == "aten::cudnn_convolution"

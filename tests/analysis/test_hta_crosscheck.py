@@ -12,7 +12,9 @@ from wanscope.analysis.scope import Scope
 from wanscope.analysis.summary import analyze
 from wanscope.trace import open_traces
 
-hta_analysis = pytest.importorskip("hta.trace_analysis", reason="HTA is a test-only dependency: pip install -e '.[test]'")
+hta_analysis = pytest.importorskip(
+    "hta.trace_analysis", reason="HTA is a test-only dependency: pip install -e '.[test]'"
+)
 
 TRACE_FILTER = ["kineto/hta/trace_filter/sampled_rank-0.json.gz", "kineto/hta/trace_filter/sampled_rank-1.json.gz"]
 NS_RESOLUTION = "kineto/hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"

@@ -41,8 +41,13 @@ def test_ranges_that_outlive_their_entering_call_keep_their_children(tmp_path):
     nodes = icicle_nodes(open_traces([str(trace)]), min_share=0)
     c = chains(nodes)
     root = "rank 0 · thread 1"
-    assert c["aten::linear"] == (root, "pipeline.py(10): denoise", "wanscope/step#0", "dit.py(30): forward",
-                                 "aten::linear")
+    assert c["aten::linear"] == (
+        root,
+        "pipeline.py(10): denoise",
+        "wanscope/step#0",
+        "dit.py(30): forward",
+        "aten::linear",
+    )
     assert c["profiler.py(20): __enter__"] == (root, "pipeline.py(10): denoise", "profiler.py(20): __enter__")
     # starts inside the range and ends after it: not inside it either
     assert c["profiler.py(40): __exit__"] == (root, "pipeline.py(10): denoise", "profiler.py(40): __exit__")

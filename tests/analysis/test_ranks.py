@@ -61,13 +61,24 @@ def clip(intervals, lo, hi):
 def read_rank(path):
     doc = json.load(gzip.open(path))
     events = doc["traceEvents"]
-    kernels = [(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["name"], e["args"]["device"], e["args"]["correlation"])
-               for e in events if e.get("cat") == "kernel" and e.get("dur", 0) > 0]
-    gpu = {e["args"]["correlation"]: (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in events
-           if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("dur", 0) > 0}
-    launches = [(ns(e["ts"]), e["args"]["correlation"]) for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")]
-    steps = {int(e["name"].split("#")[1]): (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in events
-             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
+    kernels = [
+        (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["name"], e["args"]["device"], e["args"]["correlation"])
+        for e in events
+        if e.get("cat") == "kernel" and e.get("dur", 0) > 0
+    ]
+    gpu = {
+        e["args"]["correlation"]: (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]))
+        for e in events
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("dur", 0) > 0
+    }
+    launches = [
+        (ns(e["ts"]), e["args"]["correlation"]) for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
+    ]
+    steps = {
+        int(e["name"].split("#")[1]): (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]))
+        for e in events
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    }
     return doc["distributedInfo"]["rank"], kernels, gpu, launches, steps
 
 
@@ -82,25 +93,39 @@ def expected():
         compute = [(s, e) for s, e, name, _d, _c in kernels if "nccl" not in name.lower()]
         (device,) = {k[3] for k in kernels}
         overlap = length(intersect(comm, compute))
-        communication.append({
-            "rank": rank, "device": device, "communication_count": len(comm),
-            "communication_ns": sum(e - s for s, e in comm), "communication_busy_ns": length(comm),
-            "compute_busy_ns": length(compute), "overlap_ns": overlap,
-            "overlap_pct": round(100.0 * overlap / length(comm), 4),
-            "exposed_communication_ns": length(comm) - overlap,
-        })
+        communication.append(
+            {
+                "rank": rank,
+                "device": device,
+                "communication_count": len(comm),
+                "communication_ns": sum(e - s for s, e in comm),
+                "communication_busy_ns": length(comm),
+                "compute_busy_ns": length(compute),
+                "overlap_ns": overlap,
+                "overlap_pct": round(100.0 * overlap / length(comm), 4),
+                "exposed_communication_ns": length(comm) - overlap,
+            }
+        )
         for step, (lo, hi) in steps.items():
             # the step's GPU interval: GPU work whose launch lies inside the step's CPU range
             work = [gpu[c] for t, c in launches if lo <= t <= hi and c in gpu]
             g0, g1 = min(s for s, _ in work), max(e for _, e in work)
             exposed = length(clip(comm, g0, g1)) - length(intersect(clip(comm, g0, g1), clip(compute, g0, g1)))
             per_step.setdefault(step, []).append(
-                {"rank": rank, "dur_ns": g1 - g0, "exposed_communication_ns": exposed, "work_ns": g1 - g0 - exposed})
+                {"rank": rank, "dur_ns": g1 - g0, "exposed_communication_ns": exposed, "work_ns": g1 - g0 - exposed}
+            )
     steps = []
     for step, ranks in sorted(per_step.items()):
         ranks.sort(key=lambda r: (-r["work_ns"], r["rank"]))
-        steps.append({"step": step, "basis": "gpu", "slowest_rank": ranks[0]["rank"],
-                      "spread_ns": ranks[0]["work_ns"] - ranks[-1]["work_ns"], "ranks": ranks})
+        steps.append(
+            {
+                "step": step,
+                "basis": "gpu",
+                "slowest_rank": ranks[0]["rank"],
+                "spread_ns": ranks[0]["work_ns"] - ranks[-1]["work_ns"],
+                "ranks": ranks,
+            }
+        )
     return {"communication": communication, "steps": steps}
 
 
@@ -113,10 +138,13 @@ def test_ranks_section_matches_an_independent_computation(con):
     want = expected()
     assert rank_summary(con, Scope()) == want
     # the numbers themselves, as read from the files by the computation above
-    assert [(c["rank"], c["communication_count"], c["communication_ns"], c["overlap_ns"]) for c in want["communication"]] == [
-        (0, 10, 396_199_000, 59_216_000), (1, 10, 379_053_000, 75_530_000)]
+    assert [
+        (c["rank"], c["communication_count"], c["communication_ns"], c["overlap_ns"]) for c in want["communication"]
+    ] == [(0, 10, 396_199_000, 59_216_000), (1, 10, 379_053_000, 75_530_000)]
     assert [(s["step"], s["slowest_rank"], s["spread_ns"]) for s in want["steps"]] == [
-        (551, 1, 38_539_000), (552, 1, 3_222_000)]
+        (551, 1, 38_539_000),
+        (552, 1, 3_222_000),
+    ]
 
 
 def test_step_range_limits_the_ranks_section(con):
@@ -137,6 +165,8 @@ def test_symmetric_memory_barriers_are_communication():
     barrier kernels: communication, like NCCL's, not compute."""
     from wanscope.analysis.categories import categorize
 
-    assert categorize("void c10d::symmetric_memory::barrier_kernel(unsigned int**, unsigned long, unsigned long)") \
+    assert (
+        categorize("void c10d::symmetric_memory::barrier_kernel(unsigned int**, unsigned long, unsigned long)")
         == "communication"
+    )
     assert categorize("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)") == "communication"

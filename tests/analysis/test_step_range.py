@@ -27,13 +27,29 @@ def host(name, ts, dur, cat="cpu_op"):
 
 
 def api(name, ts, dur, corr):
-    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": TID, "ts": ts, "dur": dur,
-            "args": {"correlation": corr}}
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": name,
+        "pid": PID,
+        "tid": TID,
+        "ts": ts,
+        "dur": dur,
+        "args": {"correlation": corr},
+    }
 
 
 def kernel(ts, dur, corr):
-    return {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7, "ts": ts, "dur": dur,
-            "args": {"device": 0, "stream": 7, "correlation": corr}}
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": "gemm_kernel",
+        "pid": 0,
+        "tid": 7,
+        "ts": ts,
+        "dur": dur,
+        "args": {"device": 0, "stream": 7, "correlation": corr},
+    }
 
 
 def step(n, ts):
@@ -41,13 +57,19 @@ def step(n, ts):
 
 
 CPU_EVENTS = [
-    step(1, 1000), host("aten::item", 1010, 20),
-    step(2, 1200), host("aten::item", 1250, 10),
+    step(1, 1000),
+    host("aten::item", 1010, 20),
+    step(2, 1200),
+    host("aten::item", 1250, 10),
     host("aten::item", 1350, 50),
 ]
 GPU_EVENTS = CPU_EVENTS[:-1] + [
-    api("cudaLaunchKernel", 1002, 2, 1), kernel(1005, 5, 1), api("cudaStreamSynchronize", 1015, 10, 10),
-    api("cudaLaunchKernel", 1202, 2, 2), kernel(1205, 35, 2), api("cudaStreamSynchronize", 1252, 6, 11),
+    api("cudaLaunchKernel", 1002, 2, 1),
+    kernel(1005, 5, 1),
+    api("cudaStreamSynchronize", 1015, 10, 10),
+    api("cudaLaunchKernel", 1202, 2, 2),
+    kernel(1205, 35, 2),
+    api("cudaStreamSynchronize", 1252, 6, 11),
     api("cudaDeviceSynchronize", 1350, 50, 12),
 ]
 
@@ -69,8 +91,10 @@ def cpu(tmp_path_factory):
 
 
 def waits(con, step_range=None):
-    return [(s["kind"], s["api"], s["op"], s["start_ns"], s["wait_ns"])
-            for s in analyze(con, scope=Scope(step_range))["syncs"]]
+    return [
+        (s["kind"], s["api"], s["op"], s["start_ns"], s["wait_ns"])
+        for s in analyze(con, scope=Scope(step_range))["syncs"]
+    ]
 
 
 def test_gpu_syncs_outside_the_selected_steps_are_left_out(gpu):
@@ -87,15 +111,18 @@ def test_gpu_syncs_outside_the_selected_steps_are_left_out(gpu):
 def test_would_syncs_outside_the_selected_steps_are_left_out(cpu):
     assert [w[3] for w in waits(cpu)] == [1_010_000, 1_250_000, 1_350_000]
     assert waits(cpu, (2, 3)) == [("would_sync", None, "aten::item", 1_250_000, 10_000)]
-    assert waits(cpu, (1, 3)) == [("would_sync", None, "aten::item", 1_010_000, 20_000),
-                                  ("would_sync", None, "aten::item", 1_250_000, 10_000)]
+    assert waits(cpu, (1, 3)) == [
+        ("would_sync", None, "aten::item", 1_010_000, 20_000),
+        ("would_sync", None, "aten::item", 1_250_000, 10_000),
+    ]
 
 
 def test_the_profilers_closing_sync_is_outside_the_step():
     # the H200 triton trace: one profiled step, then the profiler's cudaDeviceSynchronize
     con = open_traces([REPO / "tests" / "data" / "h200_wan21_1p3b_triton_step1.json.gz"])
     assert [(s["api"], s["start_ns"]) for s in analyze(con)["syncs"]] == [
-        ("cudaDeviceSynchronize", 5_162_865_974_810_241)]
+        ("cudaDeviceSynchronize", 5_162_865_974_810_241)
+    ]
     assert analyze(con, scope=Scope((1, 2)))["syncs"] == []
 
 

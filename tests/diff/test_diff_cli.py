@@ -54,8 +54,9 @@ def test_fail_if_slower_when_new_is_slower(paths, pct, code):
     assert r.returncode == code, r.stderr
     assert json.loads(r.stdout)["delta"]["time_change_pct"] == 29.1667
     if code:
-        assert r.stderr.strip() == (f"wanscope: NEW is 29.17% slower than BASE (mean step GPU time), "
-                                    f"more than --fail-if-slower {pct:g}%")
+        assert r.stderr.strip() == (
+            f"wanscope: NEW is 29.17% slower than BASE (mean step GPU time), more than --fail-if-slower {pct:g}%"
+        )
 
 
 def test_fail_if_slower_when_new_is_faster(paths):
@@ -63,18 +64,22 @@ def test_fail_if_slower_when_new_is_faster(paths):
 
 
 def test_fail_if_slower_without_gpu_work_is_an_error(tmp_path, paths):
-    cpu_only = write_trace(tmp_path / "cpu.json", [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1,
-                                                    "tid": 1, "ts": 10, "dur": 5, "args": {}}])
+    cpu_only = write_trace(
+        tmp_path / "cpu.json",
+        [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 10, "dur": 5, "args": {}}],
+    )
     r = run_cli("diff", cpu_only, paths[1], "--fail-if-slower", "5", "--format", "json")
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1] == (
         "wanscope: error: --fail-if-slower: the times cannot be compared: NEW has GPU activity and BASE none "
-        "(a GPU time does not compare with a CPU one)")
+        "(a GPU time does not compare with a CPU one)"
+    )
     r = run_cli("diff", cpu_only, cpu_base_and_new(tmp_path)[1], "--fail-if-slower", "5", "--format", "json")
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1] == (
         "wanscope: error: --fail-if-slower: the times cannot be compared: neither trace has GPU activity and "
-        "BASE has no steps whose CPU time could compare instead")
+        "BASE has no steps whose CPU time could compare instead"
+    )
 
 
 def test_two_cpu_runs_compare_and_fail_on_step_cpu_time(tmp_path):
@@ -83,9 +88,14 @@ def test_two_cpu_runs_compare_and_fail_on_step_cpu_time(tmp_path):
     r = run_cli("diff", new, base, "--fail-if-slower", "5", "--format", "json")
     assert r.returncode == 1 and json.loads(r.stdout)["delta"]["time_change_pct"] == 33.3333
     assert r.stderr.strip().splitlines()[-1] == (
-        "wanscope: NEW is 33.33% slower than BASE (mean step CPU time), more than --fail-if-slower 5%")
-    r = subprocess.run([sys.executable, "-m", "wanscope", "diff", str(base), str(new)], capture_output=True,
-                       text=True, env={**os.environ, "COLUMNS": "200"})  # rows on one line each
+        "wanscope: NEW is 33.33% slower than BASE (mean step CPU time), more than --fail-if-slower 5%"
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "wanscope", "diff", str(base), str(new)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # rows on one line each
     assert r.returncode == 0, r.stderr
     assert re.search(r"time \(mean step CPU time\) +│ 110\.0 us +│ 82\.5 us +│ -27\.5 us \(-25\.00%\)", r.stdout)
     assert re.search(r"steps +│ 2 +│ 2 +│ \+0", r.stdout)
@@ -111,12 +121,15 @@ def test_nothing_in_common_warns(tmp_path, paths):
     assert r.returncode == 0 and "share no kernel names" in r.stdout
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "no such file"),
-    (b"hello\n", "not a trace"),
-    (b'{"traceEvents": [ {"ph": "X", "cat": "kernel"', "truncated or malformed JSON"),
-    (b"", "empty file"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "no such file"),
+        (b"hello\n", "not a trace"),
+        (b'{"traceEvents": [ {"ph": "X", "cat": "kernel"', "truncated or malformed JSON"),
+        (b"", "empty file"),
+    ],
+)
 def test_bad_file_is_one_line_exit_2(tmp_path, paths, content, message):
     bad = tmp_path / "bad.json"
     if content is not None:
@@ -132,10 +145,12 @@ def test_bad_file_is_one_line_exit_2(tmp_path, paths, content, message):
 def test_out_goes_with_html(tmp_path, paths):
     r = run_cli("diff", *paths, "--format", "html")
     assert r.returncode == 2 and r.stderr.strip() == "wanscope: error: --format html needs --out FILE"
-    refused = ("wanscope: error: --out is for --format html "
-               "(implied when --out ends in .html and --format is not given)")
-    for args in (["--out", tmp_path / "x.json"], ["--format", "json", "--out", tmp_path / "x.html"],
-                 ["--format", "table", "--out", tmp_path / "x.html"]):
+    refused = "wanscope: error: --out is for --format html (implied when --out ends in .html and --format is not given)"
+    for args in (
+        ["--out", tmp_path / "x.json"],
+        ["--format", "json", "--out", tmp_path / "x.html"],
+        ["--format", "table", "--out", tmp_path / "x.html"],
+    ):
         r = run_cli("diff", *paths, *args)
         assert r.returncode == 2 and r.stderr.strip() == refused
     assert not list(tmp_path.iterdir())
@@ -161,9 +176,11 @@ def test_html_file(tmp_path, paths):
 
 
 def test_diff_never_imports_torch(paths):
-    code = ("import sys; from wanscope.cli import main; "
-            f"main(['diff', {str(paths[0])!r}, {str(paths[1])!r}, '--format', 'json']); "
-            "sys.stderr.write('TORCH_LOADED=%s' % ('torch' in sys.modules))")
+    code = (
+        "import sys; from wanscope.cli import main; "
+        f"main(['diff', {str(paths[0])!r}, {str(paths[1])!r}, '--format', 'json']); "
+        "sys.stderr.write('TORCH_LOADED=%s' % ('torch' in sys.modules))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "TORCH_LOADED=False" in r.stderr

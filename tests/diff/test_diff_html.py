@@ -11,9 +11,19 @@ import pytest
 from synthetic_traces import base_and_new
 
 REPO = Path(__file__).resolve().parents[2]
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--virtual-time-budget=15000",
+]
 
 
 def test_diff_page_renders(tmp_path):
@@ -22,22 +32,36 @@ def test_diff_page_renders(tmp_path):
         pytest.skip("headless Chromium not installed (Debian package chromium)")
     base, new = base_and_new(tmp_path)
     page = tmp_path / "diff.html"
-    r = subprocess.run([sys.executable, "-m", "wanscope", "diff", base, new, "--format", "html", "--out", page],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "wanscope", "diff", base, new, "--format", "html", "--out", page],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     profile = ["--user-data-dir=" + str(tmp_path / "profile")]
-    dom = subprocess.run([exe, *FLAGS, *profile, "--dump-dom", page.as_uri()], capture_output=True, text=True,
-                         timeout=120)
+    dom = subprocess.run(
+        [exe, *FLAGS, *profile, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+    )
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert [ln for ln in dom.stderr.splitlines() if "CONSOLE" in ln and re.search(r"error|uncaught", ln, re.I)] == []
     for pid in ("categories", "changes"):
-        block = re.search(r'id="%s"(.*?)</div>\s*(<h[23]|<table|<script)' % pid, dom.stdout, re.S)
+        block = re.search(rf'id="{pid}"(.*?)</div>\s*(<h[23]|<table|<script)', dom.stdout, re.S)
         assert block and "main-svg" in block.group(1), f"plot {pid} did not render"
-    for text in ("77.5 us → 60.0 us", "57.14% → 69.57%", "(+12.42 pp)", "triton_red_fused_mean_pow_1",
-                 "Fused Triton kernels in NEW", "mean, pow"):
+    for text in (
+        "77.5 us → 60.0 us",
+        "57.14% → 69.57%",
+        "(+12.42 pp)",
+        "triton_red_fused_mean_pow_1",
+        "Fused Triton kernels in NEW",
+        "mean, pow",
+    ):
         assert text in dom.stdout
     shot = REPO / "test-artifacts" / "diff_synthetic.png"
     shot.parent.mkdir(exist_ok=True)
-    r = subprocess.run([exe, *FLAGS, *profile, "--window-size=1400,3000", f"--screenshot={shot}", page.as_uri()],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [exe, *FLAGS, *profile, "--window-size=1400,3000", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and shot.stat().st_size > 50_000

@@ -46,10 +46,14 @@ def test_eager_against_triton_example():
     assert r["time_basis"] == "window"  # the example's only step launched nothing in its own process
     assert (r["base"]["time_ns"], r["new"]["time_ns"]) == (611_124_155, 1_760)
     assert r["attention"] == {"base_pct": 58.2867, "new_pct": 0.0, "delta_pct": -58.2867}
-    assert [(f["name"], f["kind"], f["ops"], f["count"], f["total_ns"], f["eager_ops"]) for f in r["fused_kernels"]] == [
-        ("triton_poi_fused_add_cos_sin_0", "poi", ["add", "cos", "sin"], 1, 1_760, ["add", "cos", "sin"])]
+    assert [
+        (f["name"], f["kind"], f["ops"], f["count"], f["total_ns"], f["eager_ops"]) for f in r["fused_kernels"]
+    ] == [("triton_poi_fused_add_cos_sin_0", "poi", ["add", "cos", "sin"], 1, 1_760, ["add", "cos", "sin"])]
     assert [(o["op"], o["eager_calls"], o["compiled_calls"]) for o in r["fused_ops"]] == [
-        ("add", 303, 0), ("cos", 1, 0), ("sin", 1, 0)]
+        ("add", 303, 0),
+        ("cos", 1, 0),
+        ("sin", 1, 0),
+    ]
     assert r["kernels"]["common"] == 0
     assert "share no kernel names" in r["warnings"][-1]
     assert r["kernels"]["disappeared"]["names"] == 35 and r["kernels"]["disappeared"]["count"] == 1_896
@@ -74,7 +78,9 @@ def compiled():
 
 def test_compiled_every_triton_kernel_listed_with_its_ops(compiled):
     _, new, r = compiled
-    names = {n for (n,) in new.execute("SELECT DISTINCT name FROM kernels WHERE starts_with(name, 'triton_')").fetchall()}
+    names = {
+        n for (n,) in new.execute("SELECT DISTINCT name FROM kernels WHERE starts_with(name, 'triton_')").fetchall()
+    }
     assert names
     listed = {f["name"]: f for f in r["fused_kernels"] if f["trace"] == "new"}
     assert set(listed) == names
@@ -84,8 +90,10 @@ def test_compiled_every_triton_kernel_listed_with_its_ops(compiled):
         if f["ops_from"] == "name":
             assert "_".join(f["ops"]) in name
             assert f["unmatched"] == [], f"{name}: tokens not in aten_ops.txt: {f['unmatched']}"
-    assert sum(f["count"] for f in listed.values()) == new.execute(
-        "SELECT count(*) FROM kernels WHERE starts_with(name, 'triton_')").fetchone()[0]
+    assert (
+        sum(f["count"] for f in listed.values())
+        == new.execute("SELECT count(*) FROM kernels WHERE starts_with(name, 'triton_')").fetchone()[0]
+    )
 
 
 def test_compiled_totals_equal_each_analysis(compiled):
@@ -95,8 +103,10 @@ def test_compiled_totals_equal_each_analysis(compiled):
 
 def test_compiled_attention_share_rises(compiled):
     base, new, r = compiled
-    shares = {side: {c["category"]: c["pct"] for c in analyze(con)["devices"][0]["categories"]}["attention"]
-              for side, con in (("base", base), ("new", new))}
+    shares = {
+        side: {c["category"]: c["pct"] for c in analyze(con)["devices"][0]["categories"]}["attention"]
+        for side, con in (("base", base), ("new", new))
+    }
     assert r["attention"]["base_pct"] == shares["base"] == 58.2867
     assert r["attention"]["new_pct"] == shares["new"]
     assert r["attention"]["new_pct"] > r["attention"]["base_pct"]

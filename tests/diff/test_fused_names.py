@@ -7,21 +7,41 @@ from wanscope.analysis.fused import is_specialization, op_names, parse_kernel_na
 # name -> (kind, ops, unmatched, suffix)
 NAMES = {
     # torch 2.1+: triton_<kind>_fused_<ops sorted by name>_<index>
-    "triton_poi_fused__to_copy_add_mul_native_layer_norm_0":
-        ("poi", ["_to_copy", "add", "mul", "native_layer_norm"], [], None),
-    "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_1":
-        ("red", ["_to_copy", "add", "mean", "mul", "pow", "rsqrt"], [], None),
+    "triton_poi_fused__to_copy_add_mul_native_layer_norm_0": (
+        "poi",
+        ["_to_copy", "add", "mul", "native_layer_norm"],
+        [],
+        None,
+    ),
+    "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_1": (
+        "red",
+        ["_to_copy", "add", "mean", "mul", "pow", "rsqrt"],
+        [],
+        None,
+    ),
     "triton_per_fused_native_layer_norm_2": ("per", ["native_layer_norm"], [], None),
     "triton_tem_fused_mm_3": ("tem", ["mm"], [], None),
-    "triton_poi_fused__scaled_dot_product_cudnn_attention_add_5":
-        ("poi", ["_scaled_dot_product_cudnn_attention", "add"], [], None),
+    "triton_poi_fused__scaled_dot_product_cudnn_attention_add_5": (
+        "poi",
+        ["_scaled_dot_product_cudnn_attention", "add"],
+        [],
+        None,
+    ),
     "triton_poi_fused_add_gelu_3": ("poi", ["add", "gelu"], [], None),
     "triton_poi_fused_add_cos_sin_0": ("poi", ["add", "cos", "sin"], [], None),
     "triton_tem_fused_addmm_gelu_view_12": ("tem", ["addmm", "gelu", "view"], [], None),
-    "triton_red_fused_native_layer_norm_native_layer_norm_backward_7":
-        ("red", ["native_layer_norm", "native_layer_norm_backward"], [], None),
-    "triton_per_fused__log_softmax__to_copy_nll_loss_forward_11":
-        ("per", ["_log_softmax", "_to_copy", "nll_loss_forward"], [], None),
+    "triton_red_fused_native_layer_norm_native_layer_norm_backward_7": (
+        "red",
+        ["native_layer_norm", "native_layer_norm_backward"],
+        [],
+        None,
+    ),
+    "triton_per_fused__log_softmax__to_copy_nll_loss_forward_11": (
+        "per",
+        ["_log_softmax", "_to_copy", "nll_loss_forward"],
+        [],
+        None,
+    ),
     "triton_red_fused_var_mean_4": ("red", ["var_mean"], [], None),
     "triton_poi_fused_clone_permute_unsqueeze_view_23": ("poi", ["clone", "permute", "unsqueeze", "view"], [], None),
     "triton_poi_fused_cat_mul_sub_unbind_41": ("poi", ["cat", "mul", "sub", "unbind"], [], None),
@@ -64,12 +84,15 @@ def test_parse(name):
     assert (parsed.kind, list(parsed.ops), list(parsed.unmatched), parsed.suffix) == (kind, ops, unmatched, suffix)
 
 
-@pytest.mark.parametrize("name", [
-    "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0",
-    "nvjet_sm90_tst_256x152_64x4_1x2_h_bz_coopA_bias_TNT",
-    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)",
-    "_attn_fwd",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0",
+        "nvjet_sm90_tst_256x152_64x4_1x2_h_bz_coopA_bias_TNT",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)",
+        "_attn_fwd",
+    ],
+)
 def test_not_triton(name):
     assert parse_kernel_name(name) is None
 
@@ -77,7 +100,9 @@ def test_not_triton(name):
 def test_split_ops_underscores():
     assert split_ops("_to_copy_add") == (["_to_copy", "add"], [])
     assert split_ops("native_layer_norm_native_layer_norm_backward") == (
-        ["native_layer_norm", "native_layer_norm_backward"], [])
+        ["native_layer_norm", "native_layer_norm_backward"],
+        [],
+    )
     assert split_ops("abc_add_xyz_q") == (["abc", "add", "xyz_q"], ["abc", "xyz_q"])
     assert split_ops("") == ([], [])
 
@@ -91,6 +116,14 @@ def test_specialization_suffixes():
 def test_op_list_is_packet_names():
     names = op_names()
     assert len(names) > 1500
-    assert {"_to_copy", "native_layer_norm", "_scaled_dot_product_cudnn_attention", "add", "add_", "mm",
-            "convert_element_type", "flex_attention"} <= names
+    assert {
+        "_to_copy",
+        "native_layer_norm",
+        "_scaled_dot_product_cudnn_attention",
+        "add",
+        "add_",
+        "mm",
+        "convert_element_type",
+        "flex_attention",
+    } <= names
     assert not any("." in n or "::" in n for n in names)

@@ -26,8 +26,11 @@ def run_cli(*args, timeout: float = 60, memory_gb: float = 6, **kwargs) -> subpr
     """``python -m wanscope ARGS`` with a wall-clock limit and an address-space limit."""
     return subprocess.run(
         [sys.executable, "-m", "wanscope", *map(str, args)],
-        capture_output=True, text=True, timeout=timeout,
-        preexec_fn=_limit_memory(int(memory_gb * (1 << 30))), **kwargs,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=_limit_memory(int(memory_gb * (1 << 30))),
+        **kwargs,
     )
 
 
@@ -43,8 +46,16 @@ def assert_one_line_error(r: subprocess.CompletedProcess, *words: str, code: int
 
 
 def kernel(ts, dur, corr=1, name="k", **extra):
-    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
-            "args": {"device": 0, "stream": 7, "correlation": corr, **extra}}
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": 0,
+        "tid": 7,
+        "ts": ts,
+        "dur": dur,
+        "args": {"device": 0, "stream": 7, "correlation": corr, **extra},
+    }
 
 
 def write_lines(path: Path, events: list, raw_lines: list[bytes] = ()) -> Path:

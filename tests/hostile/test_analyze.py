@@ -14,8 +14,7 @@ import time
 
 import duckdb
 import pytest
-from hostile_cli import (EMBEDDED, REPO, assert_one_line_error, gzip_stream, kernel, run_cli, write_lines,
-                         write_minified)
+from hostile_cli import EMBEDDED, REPO, assert_one_line_error, gzip_stream, kernel, run_cli, write_lines, write_minified
 
 
 def analyze_json(path) -> dict:
@@ -26,18 +25,22 @@ def analyze_json(path) -> dict:
 
 # --- options --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args, words", [
-    (["--top", "0"], ["--top"]),
-    (["--top", "-1"], ["--top"]),
-    (["--min-gap-ns", "-1"], ["--min-gap-ns"]),
-    (["--min-gap-ns", "abc"], ["--min-gap-ns"]),
-    (["--step-range", "a:b"], ["--step-range"]),
-    (["--step-range", "::"], ["--step-range"]),
-    (["--step-range", "5:2"], ["--step-range", "selects no step"]),
-    (["--step-range", "3:3"], ["--step-range", "selects no step"]),
-    (["--format", "yaml"], ["--format"]),
-    (["--bogus"], ["--bogus"]),
-])
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--top", "0"], ["--top"]),
+        (["--top", "-1"], ["--top"]),
+        (["--min-gap-ns", "-1"], ["--min-gap-ns"]),
+        (["--min-gap-ns", "abc"], ["--min-gap-ns"]),
+        (["--step-range", "a:b"], ["--step-range"]),
+        (["--step-range", "::"], ["--step-range"]),
+        (["--step-range", "5:2"], ["--step-range", "selects no step"]),
+        (["--step-range", "3:3"], ["--step-range", "selects no step"]),
+        (["--format", "yaml"], ["--format"]),
+        (["--bogus"], ["--bogus"]),
+    ],
+)
 def test_bad_options_are_one_line(args, words):
     assert_one_line_error(run_cli("analyze", EMBEDDED, *args), *words)
 
@@ -46,30 +49,38 @@ def test_bad_options_are_one_line(args, words):
 STEPPED = REPO / "tests" / "data" / "h200_wan21_1p3b_triton_step1.json.gz"
 
 
-@pytest.mark.parametrize("trace, args", [
-    (STEPPED, ["--step-range", "-99999999999999999999999:99999999999999999999999"]),
-    (STEPPED, ["--step-range", ":99999999999999999999999"]),
-    (EMBEDDED, ["--min-gap-ns", "99999999999999999999999"]),
-])
+@pytest.mark.parametrize(
+    "trace, args",
+    [
+        (STEPPED, ["--step-range", "-99999999999999999999999:99999999999999999999999"]),
+        (STEPPED, ["--step-range", ":99999999999999999999999"]),
+        (EMBEDDED, ["--min-gap-ns", "99999999999999999999999"]),
+    ],
+)
 def test_huge_numbers_in_options(trace, args):
     r = run_cli("analyze", trace, *args, "--format", "json")
     assert r.returncode == 0 and r.stderr == "", r.stderr
     json.loads(r.stdout)
 
 
-@pytest.mark.parametrize("trace, step_range, have", [
-    (STEPPED, "99999999999999999999999:", "the trace's steps are 1"),
-    (STEPPED, "2:", "the trace's steps are 1"),
-    (STEPPED, ":1", "the trace's steps are 1"),
-    (EMBEDDED, "0:", "the trace has no steps"),
-])
+@pytest.mark.parametrize(
+    "trace, step_range, have",
+    [
+        (STEPPED, "99999999999999999999999:", "the trace's steps are 1"),
+        (STEPPED, "2:", "the trace's steps are 1"),
+        (STEPPED, ":1", "the trace's steps are 1"),
+        (EMBEDDED, "0:", "the trace has no steps"),
+    ],
+)
 def test_a_step_range_that_selects_no_step_says_which_steps_there_are(trace, step_range, have):
     line = assert_one_line_error(run_cli("analyze", trace, "--step-range", step_range))
     assert line == f"wanscope: error: --step-range {step_range} selects no step: {have}" + (
-        " (no wanscope/step#k or ProfilerStep#N ranges)" if trace == EMBEDDED else "")
+        " (no wanscope/step#k or ProfilerStep#N ranges)" if trace == EMBEDDED else ""
+    )
 
 
 # --- what is not a regular file --------------------------------------------------------
+
 
 def test_fifo_is_refused_without_hanging(tmp_path):
     fifo = tmp_path / "trace.json"
@@ -103,8 +114,10 @@ def test_file_names_with_control_characters_stay_on_one_line(tmp_path, name):
     assert "\x1b" not in line and "\t" not in line and repr(name)[1:-1] in line
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("setpriv"),
-                    reason="needs root to run the CLI as another user (root reads mode-000 files)")
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("setpriv"),
+    reason="needs root to run the CLI as another user (root reads mode-000 files)",
+)
 def test_unreadable_file_as_another_user(tmp_path_factory):
     # As root, chmod 000 stops nothing; run the CLI as nobody against a world-traversable dir.
     import tempfile
@@ -115,15 +128,30 @@ def test_unreadable_file_as_another_user(tmp_path_factory):
         trace = os.path.join(d, "t.json.gz")
         shutil.copy(EMBEDDED, trace)
         os.chmod(trace, 0)
-        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                            sys.executable, "-m", "wanscope", "analyze", trace],
-                           capture_output=True, text=True, timeout=60, cwd=d)
+        r = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                sys.executable,
+                "-m",
+                "wanscope",
+                "analyze",
+                trace,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=d,
+        )
         assert_one_line_error(r, trace, "not readable")
     finally:
         shutil.rmtree(d)
 
 
 # --- databases ----------------------------------------------------------------------------
+
 
 def test_truncated_wanscope_database(tmp_path, embedded_db):
     cut = tmp_path / "cut.duckdb"
@@ -193,25 +221,32 @@ def test_db_with_a_database_input_is_an_error(tmp_path, embedded_db):
 
 # --- JSON structure -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("content", [
-    b'{"traceEvents": {"a": 1}}',
-    b'{"traceEvents": "abc"}',
-    b'{"traceEvents": null}',
-    b'{"traceEvents": 5, "other": [1, 2]}',
-    b'{"note": "traceEvents", "traceEvents": 5}',
-])
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"traceEvents": {"a": 1}}',
+        b'{"traceEvents": "abc"}',
+        b'{"traceEvents": null}',
+        b'{"traceEvents": 5, "other": [1, 2]}',
+        b'{"note": "traceEvents", "traceEvents": 5}',
+    ],
+)
 def test_trace_events_not_a_list(tmp_path, content):
     path = tmp_path / "t.json"
     path.write_bytes(content)
     assert_one_line_error(run_cli("analyze", path), path, "traceEvents is not a list")
 
 
-@pytest.mark.parametrize("content", [
-    b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b', "traceEvents": []}',
-    b'{"traceEvents": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}",
-    b'{"traceEvents": [' + b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"]}",
-    b'{"traceEvents": [{"ph": "X", "args": {"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}]}",  # in args not read
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b', "traceEvents": []}',
+        b'{"traceEvents": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}",
+        b'{"traceEvents": [' + b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"]}",
+        b'{"traceEvents": [{"ph": "X", "args": {"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}]}",  # in args not read
+    ],
+)
 def test_deep_nesting_is_refused_quickly(tmp_path, content):
     path = tmp_path / "deep.json"
     path.write_bytes(content)
@@ -224,8 +259,12 @@ def test_deep_nesting_in_our_layouts_is_read_quickly(tmp_path, layout):
     100,000 deep in args it does not read (the streaming parser refuses it: ijson's cost
     grows with the square of the depth). The first event too: its 200 KB line was once too
     long for the layout to be seen (past the first 64 KB read)."""
-    deep = b'{"ph": "X", "cat": "cpu_op", "name": "deep", "pid": 1, "tid": 1, "ts": 5, "dur": 1, "args": {"x": ' + \
-        b"[" * 100_000 + b"]" * 100_000 + b"}}"
+    deep = (
+        b'{"ph": "X", "cat": "cpu_op", "name": "deep", "pid": 1, "tid": 1, "ts": 5, "dur": 1, "args": {"x": '
+        + b"[" * 100_000
+        + b"]" * 100_000
+        + b"}}"
+    )
     events = [deep, json.dumps(kernel(100, 5)).encode()]
     if layout == "lines":
         content = b'{"traceEvents": [\n' + b",\n".join(events) + b"\n]}\n"
@@ -250,19 +289,27 @@ def test_array_top_level(tmp_path):
 
 # --- gzip ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("head, unit, tail, problem", [
-    (b"", b" ", b"", "no traceEvents"),                                   # 1 GB of whitespace
-    (b"", b"[", b"", "not JSON: expected an object"),                    # 1 GB of [[[[
-    (b'{"traceEvents": [{"name": "', b"a", b'"}]}', "larger than"),       # one 1 GB string
-    (b'{"traceEvents": [', b" ", b"]}", "larger than"),                  # 1 GB of blank events
-    (b'{"traceEvents": [\n  {\n    "ph": "X"\n  }\n  ], "x": "', b"a", b'"}', "larger than"),  # after the events
-    # one event of 1 GB of small values in args not read, minified and in torch's layout:
-    # ijson built it whole (minutes, then out of memory)
-    (b'{"traceEvents": [{"ph": "X", "args": {"a": [', b"1,", b'1]}}]}', "an event larger than 64 MB"),
-    (b'{\n  "traceEvents": [\n  {\n    "ph": "X", "args": {"a": [', b"1,", b'1]}\n  }\n  ]\n}\n',
-     "an event larger than 64 MB"),
-    (b'{"traceEvents": [{"ph": "X"}], "x": [', b"1,", b'1]}', "after traceEvents is larger than 64 MB"),
-])
+
+@pytest.mark.parametrize(
+    "head, unit, tail, problem",
+    [
+        (b"", b" ", b"", "no traceEvents"),  # 1 GB of whitespace
+        (b"", b"[", b"", "not JSON: expected an object"),  # 1 GB of [[[[
+        (b'{"traceEvents": [{"name": "', b"a", b'"}]}', "larger than"),  # one 1 GB string
+        (b'{"traceEvents": [', b" ", b"]}", "larger than"),  # 1 GB of blank events
+        (b'{"traceEvents": [\n  {\n    "ph": "X"\n  }\n  ], "x": "', b"a", b'"}', "larger than"),  # after the events
+        # one event of 1 GB of small values in args not read, minified and in torch's layout:
+        # ijson built it whole (minutes, then out of memory)
+        (b'{"traceEvents": [{"ph": "X", "args": {"a": [', b"1,", b"1]}}]}", "an event larger than 64 MB"),
+        (
+            b'{\n  "traceEvents": [\n  {\n    "ph": "X", "args": {"a": [',
+            b"1,",
+            b"1]}\n  }\n  ]\n}\n",
+            "an event larger than 64 MB",
+        ),
+        (b'{"traceEvents": [{"ph": "X"}], "x": [', b"1,", b"1]}", "after traceEvents is larger than 64 MB"),
+    ],
+)
 def test_gzip_bombs(tmp_path, head, unit, tail, problem):
     bomb = gzip_stream(tmp_path / "bomb.json.gz", head, unit, 1 << 30, tail)
     assert bomb.stat().st_size < 4 << 20
@@ -283,6 +330,7 @@ def test_huge_event_in_native_layout(tmp_path):
 
 # --- per-record problems: counted, never fatal --------------------------------------------
 
+
 def test_records_without_usable_times_are_counted(tmp_path):
     good = kernel(100, 5)
     no_ph = {k: v for k, v in kernel(200, 5).items() if k != "ph"}
@@ -297,13 +345,20 @@ def test_records_without_usable_times_are_counted(tmp_path):
 
 
 def test_events_without_a_name_are_counted(tmp_path):
-    nameless = [{**kernel(200, 5), "name": None}, {k: v for k, v in kernel(300, 5).items() if k != "name"},
-                {"ph": "X", "cat": "python_function", "name": None, "pid": 1, "tid": 1, "ts": 150, "dur": 300}]
+    nameless = [
+        {**kernel(200, 5), "name": None},
+        {k: v for k, v in kernel(300, 5).items() if k != "name"},
+        {"ph": "X", "cat": "python_function", "name": None, "pid": 1, "tid": 1, "ts": 150, "dur": 300},
+    ]
     path = write_lines(tmp_path / "t.json", [kernel(100, 5), *nameless])
     doc = analyze_json(path)
     assert doc["warnings"] == {"malformed_event": 3} and doc["devices"][0]["kernel_count"] == 1
-    for args in (["analyze", path], ["report", path, "--out", tmp_path / "r"], ["diff", path, path],
-                 ["diff", path, path, "--format", "html", "--out", tmp_path / "d.html"]):
+    for args in (
+        ["analyze", path],
+        ["report", path, "--out", tmp_path / "r"],
+        ["diff", path, path],
+        ["diff", path, path, "--format", "html", "--out", tmp_path / "d.html"],
+    ):
         r = run_cli(*args)
         assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr[-2000:])
 
@@ -312,8 +367,16 @@ def test_gpu_records_without_a_device_or_stream_are_counted(tmp_path):
     """device from args.device else pid, stream from args.stream else tid: with neither
     usable (or beyond the INTEGER device column) the GPU record is counted, not kept as
     NULL (the report's timeline sorts streams) nor fatal for the file."""
-    memcpy = {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7,
-              "ts": 400, "dur": 5, "args": {"device": 0, "stream": 7, "bytes": 1024}}
+    memcpy = {
+        "ph": "X",
+        "cat": "gpu_memcpy",
+        "name": "Memcpy HtoD (Pageable -> Device)",
+        "pid": 0,
+        "tid": 7,
+        "ts": 400,
+        "dur": 5,
+        "args": {"device": 0, "stream": 7, "bytes": 1024},
+    }
     bad = [
         {**kernel(200, 5), "pid": "p", "args": {"device": "x", "stream": 7}},
         {**kernel(300, 5), "tid": [], "args": {"device": 0, "stream": {}}},
@@ -326,32 +389,41 @@ def test_gpu_records_without_a_device_or_stream_are_counted(tmp_path):
     assert doc["warnings"] == {"malformed_event": 3}
     (d,) = doc["devices"]
     assert (d["kernel_count"], d["memop_count"]) == (2, 2)
-    for args in (["report", path, "--out", tmp_path / "r"], ["stats", path, "--report", "cuda_gpu_mem_size_sum"],
-                 ["stats", path, "--report", "cuda_gpu_mem_time_sum"], ["diff", path, path]):
+    for args in (
+        ["report", path, "--out", tmp_path / "r"],
+        ["stats", path, "--report", "cuda_gpu_mem_size_sum"],
+        ["stats", path, "--report", "cuda_gpu_mem_time_sum"],
+        ["diff", path, path],
+    ):
         r = run_cli(*args)
         assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr[-2000:])
 
 
 def test_end_beyond_64_bits_is_counted(tmp_path):
     """ts and dur each fit in 64 bits of ns, their sum does not: one record, not the file."""
-    huge = [kernel(9223372036854775, 1_000_000), kernel(1, 9223372036854775),
-            {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 9223372036854775,
-             "dur": 9223372036854775}]
+    huge = [
+        kernel(9223372036854775, 1_000_000),
+        kernel(1, 9223372036854775),
+        {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 9223372036854775, "dur": 9223372036854775},
+    ]
     for layout, write in (("lines", write_lines), ("minified", write_minified)):
         doc = analyze_json(write(tmp_path / f"{layout}.json", [kernel(100, 5), *huge]))
         assert doc["warnings"] == {"integer_overflow": 3}, layout
         assert doc["devices"][0]["kernel_count"] == 1
 
 
-@pytest.mark.parametrize("meta, rank", [
-    ({"distributedInfo": {"rank": 2**40}}, 0),          # beyond the INTEGER rank column
-    ({"distributedInfo": {"rank": -1_000_000}}, 0),     # negative (and a staging placeholder)
-    ({"distributedInfo": {"rank": True}}, 0),           # a bool is no rank
-    ({"distributedInfo": {"rank": 3}}, 3),
-    ({"deviceProperties": [{"id": 2**40, "name": "x", "numSms": 2**40, "totalGlobalMem": 10**30}]}, 0),
-    ({"deviceProperties": [{"id": "zero", "name": {"a": 1}, "computeMajor": [9], "numSms": "many"}]}, 0),
-    ({"deviceProperties": [None, 5, {"id": 0, "name": "H200", "computeMajor": 9, "computeMinor": 0}]}, 0),
-])
+@pytest.mark.parametrize(
+    "meta, rank",
+    [
+        ({"distributedInfo": {"rank": 2**40}}, 0),  # beyond the INTEGER rank column
+        ({"distributedInfo": {"rank": -1_000_000}}, 0),  # negative (and a staging placeholder)
+        ({"distributedInfo": {"rank": True}}, 0),  # a bool is no rank
+        ({"distributedInfo": {"rank": 3}}, 3),
+        ({"deviceProperties": [{"id": 2**40, "name": "x", "numSms": 2**40, "totalGlobalMem": 10**30}]}, 0),
+        ({"deviceProperties": [{"id": "zero", "name": {"a": 1}, "computeMajor": [9], "numSms": "many"}]}, 0),
+        ({"deviceProperties": [None, 5, {"id": 0, "name": "H200", "computeMajor": 9, "computeMinor": 0}]}, 0),
+    ],
+)
 @pytest.mark.parametrize("where", ["before", "after"])
 def test_hostile_trace_metadata(tmp_path, meta, rank, where):
     """Top-level keys before or after traceEvents (the header and the trailer)."""
@@ -376,14 +448,21 @@ def test_invalid_utf8_in_a_name_is_counted_and_excluded_in_every_layout(tmp_path
 
 # --- Ctrl-C -------------------------------------------------------------------------------
 
+
 def test_ctrl_c_as_the_interpreter_exits_prints_no_traceback():
     """A SIGINT after the command has finished, during the interpreter's exit (atexit
     callbacks such as the removal of DuckDB's spill folder, thread joins), printed
     "Exception ignored in atexit callback" and a traceback after a complete run."""
-    code = ("import atexit, os, signal, time; from wanscope.cli import main; "
-            "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.2))); main()")
-    r = subprocess.run([sys.executable, "-c", code, "analyze", EMBEDDED, "--format", "json"],
-                       capture_output=True, text=True, timeout=60)
+    code = (
+        "import atexit, os, signal, time; from wanscope.cli import main; "
+        "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.2))); main()"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, "analyze", EMBEDDED, "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and r.stderr == "", r.stderr
     assert json.loads(r.stdout)["devices"]
 
@@ -415,8 +494,12 @@ def interrupt_when(proc, ready, deadline=30.0, settle=0.3, signum=signal.SIGINT)
 @pytest.mark.parametrize("settle", [0.0, 0.4, 1.0])
 def test_ctrl_c_during_ingest_leaves_no_db(tmp_path, big_trace, settle):
     db = tmp_path / "keep.duckdb"
-    proc = subprocess.Popen([sys.executable, "-m", "wanscope", "analyze", big_trace, "--db", db],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wanscope", "analyze", big_trace, "--db", db],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     code, err = interrupt_when(proc, lambda: any(tmp_path.iterdir()), settle=settle)
     if code == 0:
         pytest.skip("the run finished before the interrupt")
@@ -433,9 +516,13 @@ def test_termination_during_ingest_leaves_no_db(tmp_path, big_trace, signum):
     Ctrl-C: no temporary database, chunk or spill files; exit 128 + the signal, one line."""
     db, tmp = tmp_path / "keep.duckdb", tmp_path / "tmp"
     tmp.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "wanscope", "analyze", big_trace, "--db", db],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TMPDIR": str(tmp)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wanscope", "analyze", big_trace, "--db", db],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )
     code, err = interrupt_when(proc, lambda: any(tmp.iterdir()), settle=0.2, signum=signum)
     if code == 0:
         pytest.skip("the run finished before the signal")
@@ -453,8 +540,11 @@ def test_db_refuses_another_programs_duckdb_file(tmp_path, big_trace):
     before = other.read_bytes()
     r = run_cli("analyze", big_trace, "--db", other)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        (f"wanscope: error: {other}: is a DuckDB database without wanscope's tables; not replacing it "
-         "(--db keeps the ingested database)")], r.stderr
+        (
+            f"wanscope: error: {other}: is a DuckDB database without wanscope's tables; not replacing it "
+            "(--db keeps the ingested database)"
+        )
+    ], r.stderr
     assert other.read_bytes() == before
 
 
@@ -465,4 +555,5 @@ def test_empty_rank_file_in_a_directory_is_an_error(tmp_path):
     (ranks / "rank-1.json").write_text("")
     r = run_cli("analyze", ranks)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        f"wanscope: error: {ranks / 'rank-1.json'}: empty file"], r.stderr
+        f"wanscope: error: {ranks / 'rank-1.json'}: empty file"
+    ], r.stderr

@@ -35,8 +35,9 @@ def test_out_that_is_a_fifo(tmp_path, trace):
     # stands for /dev/null: as root, os.replace over it replaced the device node itself
     fifo = tmp_path / "page.html"
     os.mkfifo(fifo)
-    assert_one_line_error(run_cli("diff", trace, trace, "--format", "html", "--out", fifo, timeout=60),
-                          fifo, "not a regular file")
+    assert_one_line_error(
+        run_cli("diff", trace, trace, "--format", "html", "--out", fifo, timeout=60), fifo, "not a regular file"
+    )
     assert fifo.is_fifo() and names(tmp_path) == ["page.html", "t.json.gz"]
 
 

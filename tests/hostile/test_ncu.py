@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from hostile_cli import REPO, assert_one_line_error, run_cli
@@ -43,27 +44,33 @@ def test_byte_order_mark_is_fine(tmp_path, source):
     assert a["kernels"] == b["kernels"]
 
 
-@pytest.mark.parametrize("mutate, problem", [
-    (lambda b: b[: len(b) // 2], "truncated"),
-    (lambda b: b.replace(b'","', b'";"'), "semicolons"),
-    (lambda b: b.replace(b'","', b'"\t"'), "tabs"),
-    (lambda b: b"name,value\nfoo,1\n", "not an Nsight Compute CSV"),
-    (lambda b: b.decode().encode("utf-16"), "not text"),
-    (lambda b: b.split(b"\n")[0] + b"\n", "no rows"),
-    (lambda b: b + b'"1","x\n', "malformed CSV"),
-    (lambda b: b"", "empty"),
-])
+@pytest.mark.parametrize(
+    "mutate, problem",
+    [
+        (lambda b: b[: len(b) // 2], "truncated"),
+        (lambda b: b.replace(b'","', b'";"'), "semicolons"),
+        (lambda b: b.replace(b'","', b'"\t"'), "tabs"),
+        (lambda b: b"name,value\nfoo,1\n", "not an Nsight Compute CSV"),
+        (lambda b: b.decode().encode("utf-16"), "not text"),
+        (lambda b: b.split(b"\n")[0] + b"\n", "no rows"),
+        (lambda b: b + b'"1","x\n', "malformed CSV"),
+        (lambda b: b"", "empty"),
+    ],
+)
 def test_malformed_csv(tmp_path, mutate, problem):
     bad = tmp_path / "bad.csv"
     bad.write_bytes(mutate(CSV.read_bytes()))
     assert_one_line_error(run_cli("ncu", bad), bad, problem)
 
 
-@pytest.mark.parametrize("args, option", [
-    (["--kernel", "("], "--kernel"),
-    (["--kernel-b", "["], "--kernel-b"),
-    (["--kernel", "flash", "--kernel-b", "(?P<"], "--kernel-b"),
-])
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--kernel", "("], "--kernel"),
+        (["--kernel-b", "["], "--kernel-b"),
+        (["--kernel", "flash", "--kernel-b", "(?P<"], "--kernel-b"),
+    ],
+)
 def test_bad_regex_names_its_option(args, option):
     line = assert_one_line_error(run_cli("ncu", CSV, CSV, *args), option)
     assert line.startswith(f"wanscope: error: {option} ")
@@ -78,7 +85,7 @@ def test_truncated_ncu_rep(tmp_path):
     assert_one_line_error(run_cli("ncu", cut), cut)
 
 
-def _raw_with(tmp_path, values: dict, source=RAW) -> "Path":
+def _raw_with(tmp_path, values: dict, source=RAW) -> Path:
     import csv
     import io
 
@@ -94,8 +101,14 @@ def _raw_with(tmp_path, values: dict, source=RAW) -> "Path":
     return bad
 
 
-INTEGER_METRICS = ["launch__registers_per_thread", "launch__block_size", "launch__grid_size",
-                   "launch__shared_mem_config_size", "launch__shared_mem_per_block_static", "launch__sm_count"]
+INTEGER_METRICS = [
+    "launch__registers_per_thread",
+    "launch__block_size",
+    "launch__grid_size",
+    "launch__shared_mem_config_size",
+    "launch__shared_mem_per_block_static",
+    "launch__sm_count",
+]
 
 
 @pytest.mark.parametrize("metric", INTEGER_METRICS)
@@ -118,8 +131,9 @@ def test_every_integer_metric_absurd_at_once(tmp_path, value):
         assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr[-2000:])
 
 
-@pytest.mark.parametrize("metric", ["launch__block_dim_x", "launch__grid_dim_y",
-                                    "device__attribute_compute_capability_major"])
+@pytest.mark.parametrize(
+    "metric", ["launch__block_dim_x", "launch__grid_dim_y", "device__attribute_compute_capability_major"]
+)
 @pytest.mark.parametrize("value", ["inf", "nan"])
 def test_absurd_dimensions_in_an_old_raw_page(tmp_path, metric, value):
     """ncu 2022.3's raw page has no Block/Grid Size columns: they come from the per-axis

@@ -16,20 +16,24 @@ def query(db, sql, *args, **kwargs):
 
 # --- sandbox ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("make_sql", [
-    lambda t: f"COPY (SELECT 1) TO '{t}/copied.csv'",
-    lambda t: f"EXPORT DATABASE '{t}/exported'",
-    lambda t: f"ATTACH '{t}/attached.duckdb' AS x",
-    lambda t: "SELECT * FROM read_csv('/etc/passwd')",
-    lambda t: "SELECT * FROM read_text('/etc/hostname')",
-    lambda t: "SELECT * FROM glob('/etc/*')",
-    lambda t: "INSTALL httpfs",
-    lambda t: "LOAD httpfs",
-    lambda t: "SET enable_external_access = true",
-    lambda t: "SET memory_limit = '100GB'",
-    lambda t: "RESET lock_configuration",
-    lambda t: f"SELECT 1; COPY (SELECT 1) TO '{t}/second.csv'",
-])
+
+@pytest.mark.parametrize(
+    "make_sql",
+    [
+        lambda t: f"COPY (SELECT 1) TO '{t}/copied.csv'",
+        lambda t: f"EXPORT DATABASE '{t}/exported'",
+        lambda t: f"ATTACH '{t}/attached.duckdb' AS x",
+        lambda t: "SELECT * FROM read_csv('/etc/passwd')",
+        lambda t: "SELECT * FROM read_text('/etc/hostname')",
+        lambda t: "SELECT * FROM glob('/etc/*')",
+        lambda t: "INSTALL httpfs",
+        lambda t: "LOAD httpfs",
+        lambda t: "SET enable_external_access = true",
+        lambda t: "SET memory_limit = '100GB'",
+        lambda t: "RESET lock_configuration",
+        lambda t: f"SELECT 1; COPY (SELECT 1) TO '{t}/second.csv'",
+    ],
+)
 @pytest.mark.parametrize("source", ["trace", "db"])
 def test_sql_cannot_reach_outside_the_trace(tmp_path, embedded_db, make_sql, source):
     target = tmp_path / "out"
@@ -44,7 +48,9 @@ def test_sql_may_still_change_its_own_copy(embedded_db):
     r = query(EMBEDDED, "DROP TABLE kernels; SELECT count(*) AS n FROM memops", "--format", "json")
     assert r.returncode == 0 and json.loads(r.stdout) == [{"n": 301}], r.stderr
     assert_one_line_error(query(embedded_db, "DROP TABLE kernels"), "SQL error", "read-only")
-    assert json.loads(query(embedded_db, "SELECT count(*) AS n FROM kernels", "--format", "json").stdout) == [{"n": 1896}]
+    assert json.loads(query(embedded_db, "SELECT count(*) AS n FROM kernels", "--format", "json").stdout) == [
+        {"n": 1896}
+    ]
 
 
 @pytest.mark.parametrize("sql", ["", "   ", "\n", "-- only a comment", ";"])
@@ -91,12 +97,19 @@ def test_json_and_csv_layout(embedded_db):
 
 # --- size ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("fmt", ["csv", "json"])
 def test_large_result_streams_in_bounded_memory(embedded_db, fmt):
     # 8 million rows: about 1 GB as Python tuples (a MemoryError under this limit) when
     # fetched whole; streamed, the process stays small.
-    r = query(embedded_db, "SELECT range AS i, range * 2 AS j FROM range(8000000)", "--format", fmt,
-              memory_gb=1.2, timeout=180)
+    r = query(
+        embedded_db,
+        "SELECT range AS i, range * 2 AS j FROM range(8000000)",
+        "--format",
+        fmt,
+        memory_gb=1.2,
+        timeout=180,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count("\n") >= 8_000_000
 
@@ -107,20 +120,29 @@ def test_table_refuses_a_result_too_large_to_draw(embedded_db):
 
 # --- schema -------------------------------------------------------------------------------
 
+
 def test_schema_takes_no_arguments():
     assert_one_line_error(run_cli("schema", "extra"), "extra")
 
 
-@pytest.mark.parametrize("command", [
-    "schema --format csv",
-    "query {db} 'SELECT * FROM range(2000000)' --format csv",
-    "query {db} 'SELECT * FROM range(2000000)' --format json",
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "schema --format csv",
+        "query {db} 'SELECT * FROM range(2000000)' --format csv",
+        "query {db} 'SELECT * FROM range(2000000)' --format json",
+    ],
+)
 def test_output_to_a_closed_pipe(embedded_db, command):
     """`wanscope ... | head -c 10`: the reader goes away; no traceback, no error line."""
     import subprocess
     import sys
 
-    p = subprocess.run(f"{sys.executable} -m wanscope {command.format(db=embedded_db)} | head -c 10 > /dev/null",
-                       shell=True, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        f"{sys.executable} -m wanscope {command.format(db=embedded_db)} | head -c 10 > /dev/null",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.stderr == "", p.stderr[-2000:]

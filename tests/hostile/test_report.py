@@ -65,8 +65,9 @@ def test_bad_trace_creates_no_directory(tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("args, word", [(["--top", "0"], "--top"), (["--step-range", "x"], "--step-range"),
-                                        ([], "--out")])
+@pytest.mark.parametrize(
+    "args, word", [(["--top", "0"], "--top"), (["--step-range", "x"], "--step-range"), ([], "--out")]
+)
 def test_bad_options(tmp_path, args, word):
     out = [] if not args else ["--out", tmp_path / "out"]
     assert_one_line_error(run_cli("report", EMBEDDED, *out, *args), word)
@@ -78,8 +79,18 @@ def busy_trace(tmp_path_factory):
     """40,000 kernels with launches, and how long a report of it takes here."""
     events = []
     for i in range(40_000):
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-                       "ts": 10 + 3 * i, "dur": 1, "args": {"correlation": i + 1}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": 10 + 3 * i,
+                "dur": 1,
+                "args": {"correlation": i + 1},
+            }
+        )
         events.append(kernel(11 + 3 * i, 1.5, corr=i + 1, name=f"k{i % 50}"))
     d = tmp_path_factory.mktemp("busy")
     path = d / "busy.json"
@@ -94,8 +105,12 @@ def test_ctrl_c_leaves_no_partial_report(tmp_path, busy_trace, fraction):
     """Interrupt at points through the run (startup, ingest, analysis, rendering, writing)."""
     trace, seconds = busy_trace
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "wanscope", "report", trace, "--out", out],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wanscope", "report", trace, "--out", out],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(seconds * fraction)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)

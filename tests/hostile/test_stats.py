@@ -41,16 +41,22 @@ def clean_warnings():
     return sum(analyze_json(shared_fixture(EXPORT))["warnings"].values())
 
 
-@pytest.mark.parametrize("table, where, report", [
-    ("CUPTI_ACTIVITY_KIND_KERNEL", "rowid % 3 = 0", "cuda_gpu_kern_sum"),
-    ("CUPTI_ACTIVITY_KIND_RUNTIME", "rowid % 5 = 0", "cuda_api_sum"),
-    ("NVTX_EVENTS", "rowid % 2 = 0", "nvtx_sum"),
-])
-@pytest.mark.parametrize("values", [
-    '"end" = 9223372036854775807, start = -9223372036854775807',  # end - start beyond 64 bits
-    "start = 'abc'",
-    "start = 1.5e300",
-])
+@pytest.mark.parametrize(
+    "table, where, report",
+    [
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "rowid % 3 = 0", "cuda_gpu_kern_sum"),
+        ("CUPTI_ACTIVITY_KIND_RUNTIME", "rowid % 5 = 0", "cuda_api_sum"),
+        ("NVTX_EVENTS", "rowid % 2 = 0", "nvtx_sum"),
+    ],
+)
+@pytest.mark.parametrize(
+    "values",
+    [
+        '"end" = 9223372036854775807, start = -9223372036854775807',  # end - start beyond 64 bits
+        "start = 'abc'",
+        "start = 1.5e300",
+    ],
+)
 def test_records_with_unusable_times_are_counted(tmp_path, clean_warnings, table, where, report, values):
     bad = mutated(tmp_path, f"UPDATE {table} SET {values} WHERE {where}")
     assert sum(analyze_json(bad)["warnings"].values()) > clean_warnings
@@ -60,21 +66,30 @@ def test_records_with_unusable_times_are_counted(tmp_path, clean_warnings, table
 
 def test_names_missing_from_string_ids(tmp_path):
     """Kernels whose name id is not in StringIds: counted and excluded, every command runs."""
-    bad = mutated(tmp_path, "DELETE FROM StringIds WHERE id IN (SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL"
-                            " WHERE rowid % 2 = 0)")
+    bad = mutated(
+        tmp_path,
+        "DELETE FROM StringIds WHERE id IN (SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 2 = 0)",
+    )
     doc = analyze_json(bad)
     assert doc["warnings"].get("malformed_event", 0) > 0
-    for args in (["analyze", bad], ["report", bad, "--out", tmp_path / "r"], ["diff", bad, bad],
-                 ["stats", bad, "--report", "cuda_gpu_kern_sum"]):
+    for args in (
+        ["analyze", bad],
+        ["report", bad, "--out", tmp_path / "r"],
+        ["diff", bad, bad],
+        ["stats", bad, "--report", "cuda_gpu_kern_sum"],
+    ):
         r = run_cli(*args)
         assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr[-2000:])
 
 
-@pytest.mark.parametrize("statement, words", [
-    ("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 1.5e300 WHERE rowid % 2 = 0", ["corrupt"]),
-    ("UPDATE StringIds SET value = X'FFFE00'", ["corrupt"]),
-    ("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN demangledName", ["demangledName"]),
-])
+@pytest.mark.parametrize(
+    "statement, words",
+    [
+        ("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 1.5e300 WHERE rowid % 2 = 0", ["corrupt"]),
+        ("UPDATE StringIds SET value = X'FFFE00'", ["corrupt"]),
+        ("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN demangledName", ["demangledName"]),
+    ],
+)
 def test_values_nsys_never_writes(tmp_path, statement, words):
     bad = mutated(tmp_path, statement)
     for args in (["analyze", bad], ["stats", bad, "--report", "cuda_gpu_kern_sum"]):
@@ -84,31 +99,38 @@ def test_values_nsys_never_writes(tmp_path, statement, words):
 def test_corrupt_page_in_the_middle(tmp_path):
     data = bytearray(shared_fixture(EXPORT).read_bytes())
     mid = len(data) // 2
-    data[mid:mid + 8192] = os.urandom(8192)
+    data[mid : mid + 8192] = os.urandom(8192)
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(bytes(data))
     assert_one_line_error(run_cli("stats", bad, "--report", "cuda_gpu_kern_sum"), bad)
 
 
-@pytest.mark.parametrize("args", [
-    ["--report", "gpu_gaps", "--gap-ms", "0", "--rows", "99999999999999999999999"],
-    ["--report", "gpu_time_util", "--rows", "99999999999999999999999"],
-    ["--report", "gpu_gaps", "--gap-ms", "99999999999999999999999"],
-    ["--report", "gpu_time_util", "--threshold", "99999999999999999999999"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--report", "gpu_gaps", "--gap-ms", "0", "--rows", "99999999999999999999999"],
+        ["--report", "gpu_time_util", "--rows", "99999999999999999999999"],
+        ["--report", "gpu_gaps", "--gap-ms", "99999999999999999999999"],
+        ["--report", "gpu_time_util", "--threshold", "99999999999999999999999"],
+    ],
+)
 def test_huge_option_values(args):
     # an export whose rules have rows to limit (DuckDB checks LIMIT only then)
-    r = run_cli("stats", shared_fixture("nsys/fuser_64ee035dc_report1_h200_test_matmul.sqlite"), *args,
-                "--format", "csv")
+    r = run_cli(
+        "stats", shared_fixture("nsys/fuser_64ee035dc_report1_h200_test_matmul.sqlite"), *args, "--format", "csv"
+    )
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
 
 
-@pytest.mark.parametrize("args, word", [
-    (["--report", "bogus"], "--report"),
-    (["--report", "gpu_time_util", "--chunks", "0"], "--chunks"),
-    (["--report", "gpu_gaps", "--rows", "-1"], "--rows"),
-    (["--report", "cuda_gpu_kern_sum", "--rows", "5"], "--rows"),
-])
+@pytest.mark.parametrize(
+    "args, word",
+    [
+        (["--report", "bogus"], "--report"),
+        (["--report", "gpu_time_util", "--chunks", "0"], "--chunks"),
+        (["--report", "gpu_gaps", "--rows", "-1"], "--rows"),
+        (["--report", "cuda_gpu_kern_sum", "--rows", "5"], "--rows"),
+    ],
+)
 def test_bad_options(args, word):
     assert_one_line_error(run_cli("stats", EMBEDDED, *args), word)
 
@@ -116,4 +138,6 @@ def test_bad_options(args, word):
 def test_fifo(tmp_path):
     fifo = tmp_path / "export.sqlite"
     os.mkfifo(fifo)
-    assert_one_line_error(run_cli("stats", fifo, "--report", "cuda_gpu_kern_sum", timeout=20), fifo, "not a regular file")
+    assert_one_line_error(
+        run_cli("stats", fifo, "--report", "cuda_gpu_kern_sum", timeout=20), fifo, "not a regular file"
+    )

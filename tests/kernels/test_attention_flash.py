@@ -47,8 +47,13 @@ WIDE = FlashConfig(block_m=32, block_n=64, num_warps=4, num_stages=1, warp_speci
 # (warp-specialized); smaller ones would test an MMA path production never takes
 GPU_TILES = FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2, warp_specialize=False)
 LAYOUT_TILES = FlashConfig() if ON_GPU else SMALL  # the layout tests: the DiT's config on the GPU
-FAST_BOUND = {("int8", "exact"): 3e-2, ("e4m3", "exact"): 1.5e-1, ("exact", "e4m3"): 6e-2,
-              ("int8", "e4m3"): 7e-2, ("e4m3", "e4m3"): 1.6e-1}
+FAST_BOUND = {
+    ("int8", "exact"): 3e-2,
+    ("e4m3", "exact"): 1.5e-1,
+    ("exact", "e4m3"): 6e-2,
+    ("int8", "e4m3"): 7e-2,
+    ("e4m3", "e4m3"): 1.6e-1,
+}
 
 
 def _param(shape, dtype, *rest):
@@ -64,18 +69,27 @@ def _id(x):
 # Every first call compiles (~0.5 s each on the GPU): the CPU runs the whole grid through the
 # interpreter, the GPU one case per code path (each shape, D and mode, both dtypes, both loops).
 if ON_GPU:
-    EXACT_CASES = [_param(shape, (BF16, FP16)[i % 2], (GPU_TILES, FlashConfig())[i % 2])
-                   for i, shape in enumerate(SHAPES)]
+    EXACT_CASES = [
+        _param(shape, (BF16, FP16)[i % 2], (GPU_TILES, FlashConfig())[i % 2]) for i, shape in enumerate(SHAPES)
+    ]
     EXACT_CASES.append(_param(SHAPES[4], FP16, FlashConfig()))
-    FAST_CASES = [_param(SHAPES[2], BF16, ("int8", "exact")), _param(SHAPES[4], FP16, ("int8", "exact")),
-                  _param(SHAPES[0], FP16, ("e4m3", "exact")), _param(SHAPES[2], BF16, ("e4m3", "exact")),
-                  _param(SHAPES[1], BF16, ("exact", "e4m3")), _param(SHAPES[0], FP16, ("exact", "e4m3")),
-                  _param(SHAPES[4], BF16, ("int8", "e4m3")), _param(SHAPES[2], FP16, ("int8", "e4m3")),
-                  _param(SHAPES[1], FP16, ("e4m3", "e4m3")), _param(SHAPES[4], BF16, ("e4m3", "e4m3"))]
+    FAST_CASES = [
+        _param(SHAPES[2], BF16, ("int8", "exact")),
+        _param(SHAPES[4], FP16, ("int8", "exact")),
+        _param(SHAPES[0], FP16, ("e4m3", "exact")),
+        _param(SHAPES[2], BF16, ("e4m3", "exact")),
+        _param(SHAPES[1], BF16, ("exact", "e4m3")),
+        _param(SHAPES[0], FP16, ("exact", "e4m3")),
+        _param(SHAPES[4], BF16, ("int8", "e4m3")),
+        _param(SHAPES[2], FP16, ("int8", "e4m3")),
+        _param(SHAPES[1], FP16, ("e4m3", "e4m3")),
+        _param(SHAPES[4], BF16, ("e4m3", "e4m3")),
+    ]
 else:
     EXACT_CASES = [_param(shape, dtype, cfg) for shape in SHAPES for dtype in (BF16, FP16) for cfg in (SMALL, WIDE)]
-    FAST_CASES = [_param(shape, dtype, mode) for shape in SHAPES[:3] + SHAPES[4:] for dtype in (BF16, FP16)
-                  for mode in FAST_BOUND]
+    FAST_CASES = [
+        _param(shape, dtype, mode) for shape in SHAPES[:3] + SHAPES[4:] for dtype in (BF16, FP16) for mode in FAST_BOUND
+    ]
 
 
 def _inputs(shape, dtype, seed):
@@ -126,7 +140,10 @@ def test_fast_matches_float64(shape, dtype, mode):
     out = attention_flash(q, k, v, qk, pv, config=config)
     assert out.shape == q.shape and out.dtype == dtype
     same_quant = reference(q, k, v, qk, pv)
-    msg = _msg(f"{shape} {dtype} qk={qk} pv={pv}", out, _f64(q, k, v)) + f"; vs torch reference {rel_l2(out, same_quant):.3e}"
+    msg = (
+        _msg(f"{shape} {dtype} qk={qk} pv={pv}", out, _f64(q, k, v))
+        + f"; vs torch reference {rel_l2(out, same_quant):.3e}"
+    )
     slack = 2.0 if _dispatch.INTERPRET and "e4m3" in mode else 1.0
     assert rel_l2(out, _f64(q, k, v)) <= slack * FAST_BOUND[mode], msg
     assert rel_l2(out, same_quant) <= (6e-2 if pv == "e4m3" else 1e-2), msg
@@ -264,7 +281,9 @@ def test_dit_on_the_triton_backend():
         sdpa = model(latents, t, ctx.bfloat16())
         model.attention_backend = "triton"
         ours = model(latents, t, ctx.bfloat16())
-    assert rel_l2(ours, ref) <= 1.2 * rel_l2(sdpa, ref), f"triton {rel_l2(ours, ref):.3e} vs sdpa {rel_l2(sdpa, ref):.3e}"
+    assert rel_l2(ours, ref) <= 1.2 * rel_l2(sdpa, ref), (
+        f"triton {rel_l2(ours, ref):.3e} vs sdpa {rel_l2(sdpa, ref):.3e}"
+    )
 
 
 def test_rejects_bad_inputs():

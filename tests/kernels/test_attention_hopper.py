@@ -105,8 +105,10 @@ def test_auto_picks_hopper_where_it_runs(sm90):
 
 
 @pytest.mark.usefixtures("sm90")
-@pytest.mark.parametrize("device, dtype, head_dim", [("cpu", BF16, 128), ("cuda:0", torch.float32, 128),
-                                                      ("cuda:0", BF16, 96), ("cuda:0", BF16, 32)])
+@pytest.mark.parametrize(
+    "device, dtype, head_dim",
+    [("cpu", BF16, 128), ("cuda:0", torch.float32, 128), ("cuda:0", BF16, 96), ("cuda:0", BF16, 32)],
+)
 def test_auto_falls_back_to_sdpa(device, dtype, head_dim):
     assert resolve_backend(AttentionBackend.AUTO, torch.device(device), dtype, head_dim) is AttentionBackend.SDPA
 
@@ -194,7 +196,8 @@ def _f64(q, k, v):
 
 def _sdpa(q, k, v):
     return torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    ).transpose(1, 2)
 
 
 def _dit_layout(b, lq, lk, n, d, dtype, seed=0):
@@ -207,8 +210,15 @@ def _dit_layout(b, lq, lk, n, d, dtype, seed=0):
 
 # (B, Lq, Lk, N, D): L not a multiple of 128, L < 128 (one K/V block, masked), Lq != Lk, B = 2,
 # N = 3, one token, Lk a multiple of 128 (no tail)
-SHAPES = [(2, 1000, 1000, 3, 128), (1, 100, 100, 2, 128), (2, 77, 77, 3, 128), (1, 300, 513, 3, 64),
-          (2, 1170, 16, 2, 128), (1, 1, 1, 1, 128), (1, 256, 384, 3, 64)]
+SHAPES = [
+    (2, 1000, 1000, 3, 128),
+    (1, 100, 100, 2, 128),
+    (2, 77, 77, 3, 128),
+    (1, 300, 513, 3, 64),
+    (2, 1170, 16, 2, 128),
+    (1, 1, 1, 1, 128),
+    (1, 256, 384, 3, 64),
+]
 
 
 @needs_sm90
@@ -335,8 +345,11 @@ def tiny_dit():
     cfg = get_preset("tiny", dim=256, num_heads=2, fp32_residual=True).dit  # head dim 128
     model = WanDiT(cfg).init_weights().eval().requires_grad_(False).cuda()
     g = torch.Generator(device="cuda").manual_seed(1)
-    x = (torch.randn(2, 16, 3, 30, 52, generator=g, device="cuda"), torch.tensor([700.0, 30.0], device="cuda"),
-         torch.randn(2, cfg.text_len, cfg.text_dim, generator=g, device="cuda"))
+    x = (
+        torch.randn(2, 16, 3, 30, 52, generator=g, device="cuda"),
+        torch.tensor([700.0, 30.0], device="cuda"),
+        torch.randn(2, cfg.text_len, cfg.text_dim, generator=g, device="cuda"),
+    )
     allow_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:

@@ -8,11 +8,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_checks import DEVICE, ON_GPU, rel_l2  # noqa: E402
+from kernel_checks import DEVICE, ON_GPU, rel_l2
 
-from wanscope.errors import UsageError  # noqa: E402
-from wanscope.wan.config import get_preset  # noqa: E402
-from wanscope.wan.dit import Kernels, WanDiT  # noqa: E402
+from wanscope.errors import UsageError
+from wanscope.wan.config import get_preset
+from wanscope.wan.dit import Kernels, WanDiT
 
 
 def make(device=DEVICE, fp32_residual=True):

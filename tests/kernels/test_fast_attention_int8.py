@@ -20,10 +20,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_checks import DEVICE, ON_GPU, rel_l2  # noqa: E402
+from kernel_checks import DEVICE, ON_GPU, rel_l2
 
-from wanscope.kernels import _dispatch  # noqa: E402
-from wanscope.kernels.attention_int8 import attention_int8, quantize_qk, reference  # noqa: E402
+from wanscope.kernels import _dispatch
+from wanscope.kernels.attention_int8 import attention_int8, quantize_qk, reference
 
 BF16, FP16 = torch.bfloat16, torch.float16
 # (B, L, N, D)
@@ -50,8 +50,10 @@ def _f64(q, k, v):
     return (torch.softmax(s, -1) @ v.double().transpose(1, 2)).transpose(1, 2)  # [B, L, N, D]
 
 
-@pytest.mark.parametrize("shape, dtype, pv_fp8", [
-    pytest.param(*c, id=f"{c[0]}-{str(c[1])[6:]}-pv-{'e4m3' if c[2] else '16bit'}") for c in CASES])
+@pytest.mark.parametrize(
+    "shape, dtype, pv_fp8",
+    [pytest.param(*c, id=f"{c[0]}-{str(c[1])[6:]}-pv-{'e4m3' if c[2] else '16bit'}") for c in CASES],
+)
 def test_matches_float64(shape, dtype, pv_fp8):
     if _dispatch.INTERPRET and dtype == torch.bfloat16 and not pv_fp8:
         pytest.skip("the interpreter's bf16 tl.dot is wrong (see module docstring)")

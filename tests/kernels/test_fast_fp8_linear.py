@@ -17,10 +17,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_checks import DEVICE, ON_GPU  # noqa: E402
+from kernel_checks import DEVICE, ON_GPU
 
-from wanscope.kernels import _dispatch  # noqa: E402
-from wanscope.kernels.fp8_linear import FP8, FP8Linear, quantize_fp8_rows, reference  # noqa: E402
+from wanscope.kernels import _dispatch
+from wanscope.kernels.fp8_linear import FP8, FP8Linear, quantize_fp8_rows, reference
 
 # (M, K): one element, odd sizes, K one past a power of 2 (a 1-element second register block),
 # the Wan FFN's hidden size (8192 + 1024)
@@ -44,8 +44,9 @@ def _carries(ref_q: torch.Tensor) -> torch.Tensor:
     return (v > 0) & (torch.frexp(v).mantissa == 0.5)
 
 
-@pytest.mark.parametrize("shape, dtype, gelu", CASES, ids=[
-    f"{c[0]}-{str(c[1])[6:]}-{'gelu' if c[2] else 'plain'}" for c in CASES])
+@pytest.mark.parametrize(
+    "shape, dtype, gelu", CASES, ids=[f"{c[0]}-{str(c[1])[6:]}-{'gelu' if c[2] else 'plain'}" for c in CASES]
+)
 def test_quantize_rows(shape, dtype, gelu):
     g = torch.Generator().manual_seed(sum(shape))
     x = (torch.randn(shape, generator=g) * 3).to(DEVICE, dtype)
@@ -74,9 +75,20 @@ def test_quantize_rows(shape, dtype, gelu):
     assert bool((err[ok] <= bound[ok]).all()), f"max err/bound {(err / bound)[ok].max().item():.3f}"
 
 
-@pytest.mark.parametrize("k, parts", [(1, (1, 0)), (7, (4, 4)), (17, (16, 1)), (300, (256, 64)),
-                                      (1536, (1024, 512)), (2048, (2048, 0)), (2049, (2048, 1)),
-                                      (8960, (8192, 1024)), (13824, (8192, 8192))])
+@pytest.mark.parametrize(
+    "k, parts",
+    [
+        (1, (1, 0)),
+        (7, (4, 4)),
+        (17, (16, 1)),
+        (300, (256, 64)),
+        (1536, (1024, 512)),
+        (2048, (2048, 0)),
+        (2049, (2048, 1)),
+        (8960, (8192, 1024)),
+        (13824, (8192, 8192)),
+    ],
+)
 def test_row_parts(k, parts):
     """The quantizer's two register blocks: powers of 2 that cover the row, the first <= k."""
     from wanscope.kernels.fp8_linear import _row_parts
@@ -174,9 +186,11 @@ def _scaled_mm_check(out, x8, sx, w8, sw, bias):
     rel = (err.norm() / exact.norm()).item()
     rel_bound = ((ulp.norm() + (k**0.5 * 2.0**-_ACC_FRACTION_BITS * largest).norm()) / exact.norm()).item()
     rn = exact.float().bfloat16().double()
-    diag = (f"rel L2 {rel:.3e} (bound {rel_bound:.3e}), max err/bound {worst:.3f}, equal to "
-            f"round-to-nearest(exact) {(out.double() == rn).double().mean().item():.1%}, rel L2 of "
-            f"round-to-nearest alone {((rn - exact).norm() / exact.norm()).item():.3e}")
+    diag = (
+        f"rel L2 {rel:.3e} (bound {rel_bound:.3e}), max err/bound {worst:.3f}, equal to "
+        f"round-to-nearest(exact) {(out.double() == rn).double().mean().item():.1%}, rel L2 of "
+        f"round-to-nearest alone {((rn - exact).norm() / exact.norm()).item():.3e}"
+    )
     return worst, rel / rel_bound, diag
 
 

@@ -10,17 +10,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_checks import DEVICE, rel_l2  # noqa: E402
+from kernel_checks import DEVICE, rel_l2
 
-from wanscope.errors import UsageError  # noqa: E402
-from wanscope.kernels import _dispatch  # noqa: E402
-from wanscope.kernels.fp8_linear import FP8Linear  # noqa: E402
-from wanscope.wan.attention import AttentionBackend  # noqa: E402
-from wanscope.wan.config import get_preset  # noqa: E402
-from wanscope.wan.dit import WanDiT  # noqa: E402
-from wanscope.wan.pipeline import denoise  # noqa: E402
-from wanscope.wan.precision import LINEARS, FastConfig, apply_fast_mode, exact_mode  # noqa: E402
-from wanscope.wan.sampler import FlowSampler, flow_schedule  # noqa: E402
+from wanscope.errors import UsageError
+from wanscope.kernels import _dispatch
+from wanscope.kernels.fp8_linear import FP8Linear
+from wanscope.wan.attention import AttentionBackend
+from wanscope.wan.config import get_preset
+from wanscope.wan.dit import WanDiT
+from wanscope.wan.pipeline import denoise
+from wanscope.wan.precision import LINEARS, FastConfig, apply_fast_mode, exact_mode
+from wanscope.wan.sampler import FlowSampler, flow_schedule
 
 CFG = get_preset("tiny").dit
 
@@ -61,11 +61,16 @@ def _sample(dit, latents, cond, uncond):
 QKV_UP = ("qkv", "ffn_up")
 
 
-@pytest.mark.parametrize("fast", [
-    FastConfig(), FastConfig(linears=QKV_UP, int8_attention=True),
-    FastConfig(linears=QKV_UP, int8_attention=True, pv_fp8=True),
-    FastConfig(linears=LINEARS, int8_attention=True, pv_fp8=True, exact_blocks=(-1,)),
-], ids=["defaults", "int8-attn-pv-bf16", "int8-attn-pv-e4m3", "all-last-exact"])
+@pytest.mark.parametrize(
+    "fast",
+    [
+        FastConfig(),
+        FastConfig(linears=QKV_UP, int8_attention=True),
+        FastConfig(linears=QKV_UP, int8_attention=True, pv_fp8=True),
+        FastConfig(linears=LINEARS, int8_attention=True, pv_fp8=True, exact_blocks=(-1,)),
+    ],
+    ids=["defaults", "int8-attn-pv-bf16", "int8-attn-pv-e4m3", "all-last-exact"],
+)
 def test_ten_steps_within_5x_bf16(setup, fast, monkeypatch):
     monkeypatch.setattr(_dispatch, "INTERPRET", False)  # CPU tensors: the torch references
     state, latents, cond, uncond, ref, exact = setup
@@ -118,15 +123,18 @@ def test_rejects_bad_config():
 
 def test_spec_parses_groups_flags_and_round_trips():
     cfg = FastConfig.parse("linears=ffn,qkv; exact_blocks=0,-1  pv_fp8=no int8_attention=ON")
-    assert cfg == FastConfig(linears=("ffn_up", "ffn_down", "qkv"), exact_blocks=(0, -1), pv_fp8=False,
-                             int8_attention=True)
-    assert cfg.spec() == ("linears=ffn_up,ffn_down,qkv int8_attention=true pv_fp8=false exact_blocks=0,-1 "
-                          "fast_accum=true")
+    assert cfg == FastConfig(
+        linears=("ffn_up", "ffn_down", "qkv"), exact_blocks=(0, -1), pv_fp8=False, int8_attention=True
+    )
+    assert cfg.spec() == (
+        "linears=ffn_up,ffn_down,qkv int8_attention=true pv_fp8=false exact_blocks=0,-1 fast_accum=true"
+    )
     assert FastConfig.parse(cfg.spec()) == cfg and FastConfig.parse("") == FastConfig()
     assert FastConfig.parse("linears=none exact_blocks=none") == FastConfig(linears=())
     assert FastConfig.parse("linears=all,o").linears == LINEARS
-    assert FastConfig().spec() == ("linears=qkv,ffn_up,ffn_down int8_attention=auto pv_fp8=false "
-                                   "exact_blocks=none fast_accum=true")
+    assert FastConfig().spec() == (
+        "linears=qkv,ffn_up,ffn_down int8_attention=auto pv_fp8=false exact_blocks=none fast_accum=true"
+    )
     assert FastConfig.parse("int8_attention=AUTO") == FastConfig()
 
 
@@ -157,7 +165,8 @@ def test_fast_block_runs_the_chosen_attention(setup, backend, kernel, monkeypatc
     def fake_hopper(q, k, v, qk_int8=False):
         calls.append(qk_int8)
         return torch.nn.functional.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        ).transpose(1, 2)
 
     monkeypatch.setattr(hopper_module, "attention_hopper", fake_hopper)
     monkeypatch.setattr(dit_module, "resolve_backend", lambda *a: AttentionBackend(backend))
@@ -170,21 +179,24 @@ def test_fast_block_runs_the_chosen_attention(setup, backend, kernel, monkeypatc
     assert calls == ([True, False] * CFG.num_layers if kernel == "hopper" else [])
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("linears=ffn,up", "unknown fast-mode linears ['up']"),
-    ("pv=1", "expected KEY=VALUE with KEY one of linears, int8_attention"),
-    ("pv_fp8", "expected KEY=VALUE"),
-    ("pv_fp8=maybe", "pv_fp8='maybe' is not true or false$"),
-    ("pv_fp8=MayBe", "pv_fp8='MayBe' is not true or false$"),
-    ("int8_attention=maybe", "int8_attention='maybe' is not true or false or auto"),
-    ("pv_fp8=yes", "pv_fp8=true .* needs int8_attention=true"),
-    ("linears=", "linears= needs names or groups"),
-    ("linears=,,", "linears= needs names or groups"),
-    ("exact_blocks=1_0", "exact_blocks='1_0' is not a comma-separated list"),
-    ("bogus" + "x" * 500, "spec 'bogusx{52}\\.\\.\\.': expected KEY=VALUE"),
-    ("exact_blocks=0,last", "is not a comma-separated list of integers"),
-    ("pv_fp8=1 pv_fp8=0", "pv_fp8 given twice"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("linears=ffn,up", "unknown fast-mode linears ['up']"),
+        ("pv=1", "expected KEY=VALUE with KEY one of linears, int8_attention"),
+        ("pv_fp8", "expected KEY=VALUE"),
+        ("pv_fp8=maybe", "pv_fp8='maybe' is not true or false$"),
+        ("pv_fp8=MayBe", "pv_fp8='MayBe' is not true or false$"),
+        ("int8_attention=maybe", "int8_attention='maybe' is not true or false or auto"),
+        ("pv_fp8=yes", "pv_fp8=true .* needs int8_attention=true"),
+        ("linears=", "linears= needs names or groups"),
+        ("linears=,,", "linears= needs names or groups"),
+        ("exact_blocks=1_0", "exact_blocks='1_0' is not a comma-separated list"),
+        ("bogus" + "x" * 500, "spec 'bogusx{52}\\.\\.\\.': expected KEY=VALUE"),
+        ("exact_blocks=0,last", "is not a comma-separated list of integers"),
+        ("pv_fp8=1 pv_fp8=0", "pv_fp8 given twice"),
+    ],
+)
 def test_spec_errors(spec, message):
     with pytest.raises(UsageError, match=message.replace("[", r"\[").replace("]", r"\]")):
         FastConfig.parse(spec)

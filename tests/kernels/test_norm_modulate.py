@@ -12,10 +12,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_checks import DEVICE, ON_GPU, assert_close_to_f64  # noqa: E402
+from kernel_checks import DEVICE, ON_GPU, assert_close_to_f64
 
-from wanscope.kernels import gated_add, norm_modulate  # noqa: E402
-from wanscope.kernels.norm_modulate import reference  # noqa: E402
+from wanscope.kernels import gated_add, norm_modulate
+from wanscope.kernels.norm_modulate import reference
 
 SHAPES = [(1, 1, 1), (2, 7, 33), (1, 5, 130), (3, 4, 257)]
 DTYPES = [torch.float32, torch.bfloat16]
@@ -27,8 +27,11 @@ VARIANTS = {
     "all": (True, True, True, True),
 }
 if ON_GPU:
-    CASES = [(SHAPES[(2 * i + j) % 4], dtype, variant) for i, variant in enumerate(VARIANTS)
-             for j, dtype in enumerate(DTYPES)]
+    CASES = [
+        (SHAPES[(2 * i + j) % 4], dtype, variant)
+        for i, variant in enumerate(VARIANTS)
+        for j, dtype in enumerate(DTYPES)
+    ]
     ADD_CASES = [(shape, DTYPES[i % 2]) for i, shape in enumerate(SHAPES)]
 else:
     CASES = [(shape, dtype, variant) for shape in SHAPES for dtype in DTYPES for variant in VARIANTS]
@@ -50,8 +53,13 @@ def make(shape, dtype, seed):
     # the unbind of the [B, 6, C] modulation table makes them
     table = rnd(b, 6, c)
     return dict(
-        x=rnd(b, l, c, dt=dtype, mean=3.0), y=rnd(b, l, c, dt=torch.bfloat16 if dtype != torch.float32 else dtype),
-        gate=table[:, 0], shift=table[:, 1], scale=table[:, 2] * 0.5, weight=rnd(c), bias=rnd(c),
+        x=rnd(b, l, c, dt=dtype, mean=3.0),
+        y=rnd(b, l, c, dt=torch.bfloat16 if dtype != torch.float32 else dtype),
+        gate=table[:, 0],
+        shift=table[:, 1],
+        scale=table[:, 2] * 0.5,
+        weight=rnd(c),
+        bias=rnd(c),
     )
 
 
@@ -75,8 +83,13 @@ def lowp(x, y=None, gate=None, weight=None, bias=None, shift=None, scale=None, e
     """PyTorch computing the same in ``dtype`` throughout (its own low-precision error)."""
     if y is not None:
         x = x.to(dtype) + y.to(dtype) * (gate.to(dtype)[:, None] if gate is not None else 1)
-    h = torch.nn.functional.layer_norm(x.to(dtype), x.shape[-1:], None if weight is None else weight.to(dtype),
-                                       None if bias is None else bias.to(dtype), eps)
+    h = torch.nn.functional.layer_norm(
+        x.to(dtype),
+        x.shape[-1:],
+        None if weight is None else weight.to(dtype),
+        None if bias is None else bias.to(dtype),
+        eps,
+    )
     if shift is not None:
         h = h * (1 + scale.to(dtype)[:, None]) + shift.to(dtype)[:, None]
     return h
@@ -87,13 +100,25 @@ def test_matches_float64(shape, dtype, variant):
     has_y, has_gate, affine, mod = VARIANTS[variant]
     t = make(shape, dtype, seed=sum(shape))
     kw = dict(
-        y=t["y"] if has_y else None, gate=t["gate"] if has_gate else None,
-        weight=t["weight"] if affine else None, bias=t["bias"] if affine else None,
-        shift=t["shift"] if mod else None, scale=t["scale"] if mod else None,
+        y=t["y"] if has_y else None,
+        gate=t["gate"] if has_gate else None,
+        weight=t["weight"] if affine else None,
+        bias=t["bias"] if affine else None,
+        shift=t["shift"] if mod else None,
+        scale=t["scale"] if mod else None,
     )
     out_dtype = dtype
-    res = norm_modulate(t["x"], residual=kw["y"], gate=kw["gate"], weight=kw["weight"], bias=kw["bias"],
-                        shift=kw["shift"], scale=kw["scale"], eps=1e-6, out_dtype=out_dtype)
+    res = norm_modulate(
+        t["x"],
+        residual=kw["y"],
+        gate=kw["gate"],
+        weight=kw["weight"],
+        bias=kw["bias"],
+        shift=kw["shift"],
+        scale=kw["scale"],
+        eps=1e-6,
+        out_dtype=out_dtype,
+    )
     x_ref, h_ref = f64(t["x"], **kw)
     h = res[1] if has_y else res
     assert h.dtype == out_dtype and h.shape == shape
@@ -123,8 +148,9 @@ def test_fp32_residual_bf16_output_like_the_model():
     """The model's case: fp32 stream, bf16 block output, fp32 modulation, bf16 normalized output."""
     t = make((2, 9, 96), torch.float32, seed=3)
     y = t["y"].to(torch.bfloat16)
-    x_new, h = norm_modulate(t["x"], residual=y, gate=t["gate"], shift=t["shift"], scale=t["scale"],
-                             out_dtype=torch.bfloat16)
+    x_new, h = norm_modulate(
+        t["x"], residual=y, gate=t["gate"], shift=t["shift"], scale=t["scale"], out_dtype=torch.bfloat16
+    )
     x_ref, h_ref = reference(t["x"], y, t["gate"], None, None, t["shift"], t["scale"], 1e-6, torch.bfloat16)
     assert x_new.dtype == torch.float32 and h.dtype == torch.bfloat16
     torch.testing.assert_close(x_new, x_ref, rtol=1e-6, atol=1e-6)
@@ -145,8 +171,11 @@ def test_bad_shapes_raise():
 def test_opcheck():
     """Schema, fake implementation and autograd registration are consistent (torch.compile needs them)."""
     t = make((2, 3, 20), torch.float32, seed=1)
-    torch.library.opcheck(torch.ops.wanscope.norm_modulate.default,
-                          (t["x"], None, None, t["shift"], t["scale"], 1e-6, torch.bfloat16))
-    torch.library.opcheck(torch.ops.wanscope.add_norm_modulate.default,
-                          (t["x"], t["y"], t["gate"], t["weight"], t["bias"], None, None, 1e-6, torch.float32))
+    torch.library.opcheck(
+        torch.ops.wanscope.norm_modulate.default, (t["x"], None, None, t["shift"], t["scale"], 1e-6, torch.bfloat16)
+    )
+    torch.library.opcheck(
+        torch.ops.wanscope.add_norm_modulate.default,
+        (t["x"], t["y"], t["gate"], t["weight"], t["bias"], None, None, 1e-6, torch.float32),
+    )
     torch.library.opcheck(torch.ops.wanscope.gated_add.default, (t["x"], t["y"], t["gate"]))

@@ -15,10 +15,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_checks import DEVICE  # noqa: E402
+from kernel_checks import DEVICE
 
-from wanscope.kernels import _dispatch  # noqa: E402
-from wanscope.kernels.qk_int8 import STAT_ROWS, k_stats, quantize_qk_int8, reference  # noqa: E402
+from wanscope.kernels import _dispatch
+from wanscope.kernels.qk_int8 import STAT_ROWS, k_stats, quantize_qk_int8, reference
 
 C = 1.4426950408889634 / math.sqrt(64)
 # (B, Lq, Lk, N, D): L not a multiple of the 64-token programs, one token, B = 2 and N = 3

@@ -11,16 +11,20 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_checks import DEVICE, ON_GPU, assert_close_to_f64  # noqa: E402
+from kernel_checks import DEVICE, ON_GPU, assert_close_to_f64
 
-from wanscope.kernels import rms_norm_rope  # noqa: E402
-from wanscope.wan.config import DiTConfig  # noqa: E402
-from wanscope.wan.dit import apply_rope, rope_tables  # noqa: E402
+from wanscope.kernels import rms_norm_rope
+from wanscope.wan.config import DiTConfig
+from wanscope.wan.dit import apply_rope, rope_tables
 
 # (B, L, N, D): one head of 2, odd head counts, D not a power of two, L not a grid product
 SHAPES = [(1, 1, 1, 2), (2, 7, 3, 10), (1, 5, 2, 34), (2, 13, 5, 12)]
-_FLAGS = [(dtype, rope, fused) for dtype in (torch.float32, torch.bfloat16) for rope in (True, False)
-          for fused in (False, True)]
+_FLAGS = [
+    (dtype, rope, fused)
+    for dtype in (torch.float32, torch.bfloat16)
+    for rope in (True, False)
+    for fused in (False, True)
+]
 if ON_GPU:
     CASES = [(SHAPES[i % 4], *flags) for i, flags in enumerate(_FLAGS)]
 else:
@@ -56,16 +60,24 @@ def torch_lowp(x, weight, rope, n, eps=1e-6):
     return u if rope is None else apply_rope(u, *rope)
 
 
-@pytest.mark.parametrize("shape, dtype, with_rope, fused", CASES, ids=[
-    f"{c[0]}-{str(c[1])[6:]}-{'rope' if c[2] else 'norm-only'}-{'qkv-slice' if c[3] else 'rows'}" for c in CASES])
+@pytest.mark.parametrize(
+    "shape, dtype, with_rope, fused",
+    CASES,
+    ids=[f"{c[0]}-{str(c[1])[6:]}-{'rope' if c[2] else 'norm-only'}-{'qkv-slice' if c[3] else 'rows'}" for c in CASES],
+)
 def test_matches_float64(shape, dtype, with_rope, fused):
     b, l, n, d = shape
     x, weight, rope = inputs(*shape, dtype, seed=sum(shape), fused=fused)
     rope = rope if with_rope else None
     out = rms_norm_rope(x, weight, rope, n, 1e-6)
     assert out.shape == shape and out.dtype == dtype and out.is_contiguous()
-    assert_close_to_f64(out, f64(x, weight, rope, n), torch_lowp(x, weight, rope, n),
-                        name=f"{shape} {dtype} rope={with_rope} fused={fused}", fp32_rtol=4e-6)
+    assert_close_to_f64(
+        out,
+        f64(x, weight, rope, n),
+        torch_lowp(x, weight, rope, n),
+        name=f"{shape} {dtype} rope={with_rope} fused={fused}",
+        fp32_rtol=4e-6,
+    )
 
 
 def test_with_the_model_rope_tables():

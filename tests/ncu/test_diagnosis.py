@@ -32,7 +32,14 @@ def kernel(**overrides) -> KernelProfile:
     }
     values.update(overrides)
     metrics = [Metric(None, None, name, unit, value) for name, (unit, value) in values.items()]
-    return KernelProfile(id=0, name="void pytorch_flash::flash_fwd_kernel<...>", block=(128, 1, 1), grid=(256, 12, 1), cc="9.0", metrics=metrics)
+    return KernelProfile(
+        id=0,
+        name="void pytorch_flash::flash_fwd_kernel<...>",
+        block=(128, 1, 1),
+        grid=(256, 12, 1),
+        cc="9.0",
+        metrics=metrics,
+    )
 
 
 def test_fa2_shape_reads_latency_bound_with_the_arithmetic():
@@ -40,7 +47,10 @@ def test_fa2_shape_reads_latency_bound_with_the_arithmetic():
     assert d.verdict == "latency-bound"
     e = d.explanation
     assert "both under the 60% below which Nsight Compute's SpeedOfLight rule reads latency issues" in e
-    assert "255 registers per thread are allocated as 256 (32 x 255 = 8,160 registers round up to 8,192 per warp, in units of 256)" in e
+    assert (
+        "255 registers per thread are allocated as 256 (32 x 255 = 8,160 registers round up to 8,192 per warp, in units of 256)"
+        in e
+    )
     assert "a scheduler partition holds 16,384, so 2 warps fit per scheduler and 8 per SM" in e
     assert "2 blocks x 4 warps = 8 of 64 warps: 12.50% theoretical occupancy (limited by registers)" in e
     assert "Nsight Compute measured 1.97 active and 0.66 eligible warps per scheduler" in e
@@ -57,7 +67,9 @@ def test_fa2_shape_reads_latency_bound_with_the_arithmetic():
 
 
 def test_thresholds_name_the_bound():
-    assert diagnose(kernel(**{"sm__throughput.avg.pct_of_peak_sustained_elapsed": ("%", 85.0)})).verdict == "compute-bound"
+    assert (
+        diagnose(kernel(**{"sm__throughput.avg.pct_of_peak_sustained_elapsed": ("%", 85.0)})).verdict == "compute-bound"
+    )
     mem = diagnose(kernel(**{"gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed": ("%", 60.0)}))
     assert mem.verdict == "memory-bound"
     assert "memory is the busier unit" in mem.explanation

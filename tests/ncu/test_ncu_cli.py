@@ -9,13 +9,19 @@ import stat
 import sys
 
 import pytest
-
 from ncu_fixtures import DERIVED, FIXTURES, REPS, fixture, needs_ncu_report
+
 from wanscope.cli import main
 
 NSIGHTFUL = FIXTURES / "nsightful_copy_blocked.details.csv"
 CUTLASS_DETAILS = DERIVED / "cutlass_panjd123_0667dc2e_report_a100.details.ncu2024.1.1.csv"
-NSYS_CSV = FIXTURES.parent / "nsys" / "expected_nsys2023.4.4" / "fuser_64ee035dc_report1_h200_test_matmul" / "cuda_gpu_kern_sum.csv"
+NSYS_CSV = (
+    FIXTURES.parent
+    / "nsys"
+    / "expected_nsys2023.4.4"
+    / "fuser_64ee035dc_report1_h200_test_matmul"
+    / "cuda_gpu_kern_sum.csv"
+)
 
 
 def run(capsys, *args) -> tuple[int, str, str]:
@@ -35,9 +41,19 @@ def run_json(capsys, *args) -> dict:
 
 
 REQUIRED_KEYS = {
-    "id", "name", "registers_per_thread", "block_size", "grid_size", "theoretical_occupancy_pct",
-    "achieved_occupancy_pct", "warps_active_per_scheduler", "warps_eligible_per_scheduler",
-    "issue_slot_utilization_pct", "verdict", "explanation", "what_if",
+    "id",
+    "name",
+    "registers_per_thread",
+    "block_size",
+    "grid_size",
+    "theoretical_occupancy_pct",
+    "achieved_occupancy_pct",
+    "warps_active_per_scheduler",
+    "warps_eligible_per_scheduler",
+    "issue_slot_utilization_pct",
+    "verdict",
+    "explanation",
+    "what_if",
 }
 
 
@@ -53,7 +69,11 @@ def test_json_shape_and_cutlass_launch_bound(capsys):
     k = ks[0]
     assert (k["registers_per_thread"], k["block_size"], k["grid_size"]) == (188, 128, 96)
     assert (k["theoretical_occupancy_pct"], k["achieved_occupancy_pct"]) == (12.5, 6.0)
-    assert (k["warps_active_per_scheduler"], k["warps_eligible_per_scheduler"], k["issue_slot_utilization_pct"]) == (1.0, 0.21, 20.57)
+    assert (k["warps_active_per_scheduler"], k["warps_eligible_per_scheduler"], k["issue_slot_utilization_pct"]) == (
+        1.0,
+        0.21,
+        20.57,
+    )
     assert "96 blocks for 108 SMs (0.44 waves per SM)" in k["explanation"]
     assert "32 x 188 = 6,016 registers round up to 6,144 per warp" in k["explanation"]
     assert "2 warps fit per scheduler and 8 per SM" in k["explanation"]
@@ -68,7 +88,11 @@ def test_every_fixture_kernel_gets_a_verdict(capsys):
         "sglang": ["compute-bound", "launch/tail-bound", "compute-bound", "compute-bound", "profiling failed"],
         "cutlass": ["launch/tail-bound"] * 3,
         # --metrics all without sections: no throughput, so only the launch rules can speak
-        "esmm": ["undetermined"] * 4 + ["launch/tail-bound"] * 2 + ["undetermined"] + ["launch/tail-bound"] * 3 + ["undetermined"] * 2,
+        "esmm": ["undetermined"] * 4
+        + ["launch/tail-bound"] * 2
+        + ["undetermined"]
+        + ["launch/tail-bound"] * 3
+        + ["undetermined"] * 2,
     }
     for key, verdicts in expected.items():
         doc = run_json(capsys, "ncu", str(fixture(REPS[key])))
@@ -107,7 +131,16 @@ def test_table_output(capsys):
 
 def test_compare_two_reports(capsys):
     needs_ncu_report()
-    doc = run_json(capsys, "ncu", str(fixture(REPS["cutlass"])), str(REPS["sglang"]), "--kernel", "Kernel", "--kernel-b", "elementwise")
+    doc = run_json(
+        capsys,
+        "ncu",
+        str(fixture(REPS["cutlass"])),
+        str(REPS["sglang"]),
+        "--kernel",
+        "Kernel",
+        "--kernel-b",
+        "elementwise",
+    )
     assert doc["a"]["id"] == 2  # the longest CUTLASS GEMM (25,984 ns)
     assert doc["b"]["id"] in (0, 2, 3)
     rows = {r["metric"]: r for r in doc["rows"]}
@@ -177,7 +210,10 @@ def _fake_ncu(tmp_path, body: str):
 
 
 def test_ncu_run_without_counter_access(tmp_path, capsys):
-    exe = _fake_ncu(tmp_path, 'echo "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters on the target device 0."\nexit 1\n')
+    exe = _fake_ncu(
+        tmp_path,
+        'echo "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters on the target device 0."\nexit 1\n',
+    )
     code, out, err = run(capsys, "ncu-run", "--ncu", str(exe), "--", "true")
     # ncu's own output is passed through on stderr; wanscope's error is one last line
     assert code == 2 and out == "" and "Traceback" not in err
@@ -202,8 +238,22 @@ def test_ncu_run_end_to_end_with_a_stand_in_ncu(tmp_path, capsys):
     )
     out_stem = tmp_path / "cap" / "gemm"
     code, out, err = run(
-        capsys, "ncu-run", "--ncu", str(exe), "--kernel", "Kernel", "--launch-skip", "2", "-o", str(out_stem),
-        "--format", "json", "--", "python", "bench.py", "--flag",
+        capsys,
+        "ncu-run",
+        "--ncu",
+        str(exe),
+        "--kernel",
+        "Kernel",
+        "--launch-skip",
+        "2",
+        "-o",
+        str(out_stem),
+        "--format",
+        "json",
+        "--",
+        "python",
+        "bench.py",
+        "--flag",
     )
     assert code == 0, err
     doc = json.loads(out)
@@ -212,11 +262,19 @@ def test_ncu_run_end_to_end_with_a_stand_in_ncu(tmp_path, capsys):
     assert first[5] == "regex:Kernel"
     assert first[first.index("--launch-skip") + 1] == "2" and first[first.index("--launch-count") + 1] == "1"
     assert [first[i + 1] for i, a in enumerate(first) if a == "--section"] == [
-        "SpeedOfLight", "LaunchStats", "Occupancy", "SchedulerStats", "WarpStateStats",
-        "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "SourceCounters",
+        "SpeedOfLight",
+        "LaunchStats",
+        "Occupancy",
+        "SchedulerStats",
+        "WarpStateStats",
+        "ComputeWorkloadAnalysis",
+        "MemoryWorkloadAnalysis",
+        "SourceCounters",
     ]
     assert first[-3:] == ["python", "bench.py", "--flag"]
-    assert (tmp_path / "cap" / "gemm.details.csv").stat().st_size == os.path.getsize(DERIVED / "cutlass_panjd123_0667dc2e_report_a100.details.base_names.ncu2024.1.1.csv")
+    assert (tmp_path / "cap" / "gemm.details.csv").stat().st_size == os.path.getsize(
+        DERIVED / "cutlass_panjd123_0667dc2e_report_a100.details.base_names.ncu2024.1.1.csv"
+    )
     assert [k["verdict"] for k in doc["kernels"]] == ["launch/tail-bound"] * 3
 
 

@@ -14,8 +14,9 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "ncu"
 
 
 def ncu_json(name):
-    r = subprocess.run([sys.executable, "-m", "wanscope", "ncu", str(DATA / name), "--format", "json"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "wanscope", "ncu", str(DATA / name), "--format", "json"], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
     (kernel,) = json.loads(r.stdout)["kernels"]
     return kernel
@@ -31,9 +32,13 @@ def test_fa2_is_latency_bound_with_the_register_arithmetic(page):
     assert k["warps_eligible_per_scheduler"] == pytest.approx(0.66, abs=0.005)
     assert k["verdict"] == "latency-bound"
     text = k["explanation"]
-    for phrase in ("255 registers per thread are allocated as 256", "8,192 per warp",
-                   "a scheduler partition holds 16,384, so 2 warps fit per scheduler",
-                   "12.50% theoretical occupancy", "Latency-starved"):
+    for phrase in (
+        "255 registers per thread are allocated as 256",
+        "8,192 per warp",
+        "a scheduler partition holds 16,384, so 2 warps fit per scheduler",
+        "12.50% theoretical occupancy",
+        "Latency-starved",
+    ):
         assert phrase in text
 
 

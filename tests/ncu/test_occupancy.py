@@ -4,8 +4,8 @@ three occupancy curves stored in each .ncu-rep, at every point, for every fixtur
 from __future__ import annotations
 
 import pytest
-
 from ncu_fixtures import DERIVED, FIXTURES, REPS, fixture, needs_ncu_report
+
 from wanscope.ncu import occupancy as occ
 from wanscope.ncu.readers import read_report
 
@@ -48,7 +48,7 @@ def ours(k) -> tuple:
 
 def rep_kernels():
     cases = []
-    for key, path in REPS.items():
+    for key in REPS:
         n = {"sglang": 5, "cutlass": 3, "esmm": 12}[key]
         cases += [pytest.param(key, i, id=f"{key}-{i}") for i in range(n)]
     return cases
@@ -111,7 +111,12 @@ def test_turing_copy_kernel_numbers():
     """T4 (sm_75): 32 registers x 256 threads; 8 warps per block; no driver reservation."""
     o = occ.occupancy(occ.arch("7.5"), occ.Launch(32, 256, 32768))
     assert (o.registers_per_warp, o.warps_per_scheduler_by_registers) == (1024, 16)
-    assert (o.block_limit_registers, o.block_limit_warps, o.block_limit_shared_mem, o.block_limit_blocks) == (8, 4, 16, 16)
+    assert (o.block_limit_registers, o.block_limit_warps, o.block_limit_shared_mem, o.block_limit_blocks) == (
+        8,
+        4,
+        16,
+        16,
+    )
     assert (o.active_warps_per_sm, o.occupancy_pct, o.limiter) == (32, 100.0, "warps")
 
 
@@ -136,6 +141,8 @@ def test_arch_table():
         "8.9": (48, 24),
         "9.0": (64, 32),
     }
-    assert occ.arch("9.0").shared_mem_per_block_optin_bytes == 232448  # ncu: device__attribute_max_shared_memory_per_block_optin
+    assert (
+        occ.arch("9.0").shared_mem_per_block_optin_bytes == 232448
+    )  # ncu: device__attribute_max_shared_memory_per_block_optin
     assert occ.arch("8.0").shared_mem_per_sm_bytes == 167936
     assert occ.arch("8.6").shared_mem_per_block_optin_bytes == 101376

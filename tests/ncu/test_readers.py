@@ -6,8 +6,8 @@ import csv
 import math
 
 import pytest
-
 from ncu_fixtures import DERIVED, FIXTURES, REPS, fixture, needs_ncu_report
+
 from wanscope.errors import InputError
 from wanscope.ncu.model import label_table
 from wanscope.ncu.readers import read_csv, read_report
@@ -70,7 +70,12 @@ def test_details_recent_ncu_base_units():
     assert k.value("launch__func_cache_config") == "CachePreferNone"
     assert len(k.rules) == 11
     hpu = next(r for r in k.rules if r.rule == "HighPipeUtilization")
-    assert (hpu.section, hpu.type, hpu.speedup_type, hpu.speedup_pct) == ("ComputeWorkloadAnalysis", "OPT", "local", 98.86)
+    assert (hpu.section, hpu.type, hpu.speedup_type, hpu.speedup_pct) == (
+        "ComputeWorkloadAnalysis",
+        "OPT",
+        "local",
+        98.86,
+    )
 
 
 def test_details_autoscaled_units_and_nvtx_columns():
@@ -171,9 +176,12 @@ def test_prof_lines_mixed_into_the_stream(tmp_path):
     """Real ncu on stdout: ==PROF==/==WARNING== lines before the header and between rows."""
     lines = fixture(NSIGHTFUL).read_text().splitlines(keepends=True)
     noisy = (
-        ["==PROF== Connected to process 6153 (/usr/bin/python3.11)\n", "==WARNING== Found outstanding GPU clock reset\n"]
+        [
+            "==PROF== Connected to process 6153 (/usr/bin/python3.11)\n",
+            "==WARNING== Found outstanding GPU clock reset\n",
+        ]
         + lines[:5]
-        + ["==PROF== Profiling \"copy_blocked\" - 0: 0%....50%....100% - 38 passes\n"]
+        + ['==PROF== Profiling "copy_blocked" - 0: 0%....50%....100% - 38 passes\n']
         + lines[5:]
         + ["==PROF== Disconnected from process 6153\n"]
     )

@@ -45,7 +45,9 @@ def test_database_from_another_tool(tmp_path):
     con.execute("CREATE TABLE t (x INTEGER)")
     con.commit()
     con.close()
-    assert_one_line_error(run_cli("stats", other, "--report", "gpu_time_util"), str(other), "not an Nsight Systems export")
+    assert_one_line_error(
+        run_cli("stats", other, "--report", "gpu_time_util"), str(other), "not an Nsight Systems export"
+    )
 
 
 def test_not_a_database(tmp_path):

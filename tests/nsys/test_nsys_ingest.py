@@ -78,7 +78,10 @@ def test_second_file_continues_the_ranks():
 def test_kernel_launch_geometry_and_shared_memory():
     con = ingest("fuser_64ee035dc_report1_h200_test_matmul")
     # nsys cuda_gpu_trace: GrdX..Z 8,16,1; BlkX..Z 128,3,1; Reg/Trd 156; DymSMem 0.115 MB, StcSMem 0.
-    row = one(con, "SELECT grid, block, registers_per_thread, shared_mem_bytes, stream, correlation FROM kernels WHERE correlation = 247")
+    row = one(
+        con,
+        "SELECT grid, block, registers_per_thread, shared_mem_bytes, stream, correlation FROM kernels WHERE correlation = 247",
+    )
     assert row[:3] == ([8, 16, 1], [128, 3, 1], 156)
     assert round(row[3] / 1e6, 3) == 0.115
     assert row[4:] == (7, 247)
@@ -102,7 +105,9 @@ def test_memops_syncs_devices_and_overhead():
         ("memset", None, 4, "[CUDA memset]", 1088),
     ]
     assert con.execute("SELECT kind, stream, pid FROM cuda_syncs").fetchall() == [("stream", 7, 30156)]
-    assert con.execute("SELECT * FROM devices").fetchall() == [(0, 0, "NVIDIA H200", "9.0", 132, 150137864192, None, 4916.736)]
+    assert con.execute("SELECT * FROM devices").fetchall() == [
+        (0, 0, "NVIDIA H200", "9.0", 132, 150137864192, None, 4916.736)
+    ]
     assert one(con, "SELECT count(*) FROM profiler_overhead") == (24,)
     assert con.execute("SELECT pid, device, context FROM gpu_contexts").fetchall() == [(30156, 0, 1)]
 

@@ -15,7 +15,9 @@ def run_cli(*args):
 
 def test_csv_matches_nsys_file_for_gaps():
     fixture = "nsysai_mfu_2gpu_before"
-    result = run_cli("stats", shared_fixture(f"nsys/{fixture}.sqlite"), "--report", "gpu_gaps", "--gap-ms", "1", "--format", "csv")
+    result = run_cli(
+        "stats", shared_fixture(f"nsys/{fixture}.sqlite"), "--report", "gpu_gaps", "--gap-ms", "1", "--format", "csv"
+    )
     assert result.returncode == 0, result.stderr
     golden = shared_fixture(f"nsys/expected_nsys2023.4.4/{fixture}/gpu_gaps_gap=1.csv").read_text()
     assert result.stdout == golden.replace("\r\n", "\n")
@@ -30,7 +32,9 @@ def test_json_rows_and_default_gap():
 
 def test_time_util_chunks_and_threshold():
     path = shared_fixture("nsys/nsysai_mfu_2gpu_before.sqlite")
-    out = run_cli("stats", path, "--report", "gpu_time_util", "--threshold", "101", "--chunks", "1", "--format", "csv").stdout
+    out = run_cli(
+        "stats", path, "--report", "gpu_time_util", "--threshold", "101", "--chunks", "1", "--format", "csv"
+    ).stdout
     # One chunk per process and device: its span, in use = summed operation time over it.
     assert out.splitlines()[1:] == [
         "1,89.5,298661551,60111513113,145,1,2",
@@ -39,7 +43,9 @@ def test_time_util_chunks_and_threshold():
 
 
 def test_gpu_time_split():
-    out = run_cli("stats", shared_fixture("nsys/nsysai_mfu_2gpu_before.sqlite"), "--report", "gpu_time_split", "--format", "json").stdout
+    out = run_cli(
+        "stats", shared_fixture("nsys/nsysai_mfu_2gpu_before.sqlite"), "--report", "gpu_time_split", "--format", "json"
+    ).stdout
     assert json.loads(out) == [
         {"Category": "Kernels", "Time (%)": 98.9, "Total Time (ns)": 535200650, "Count": 4010},
         {"Category": "Memory operations", "Time (%)": 1.1, "Total Time (ns)": 5905495, "Count": 1289},

@@ -86,12 +86,16 @@ def test_memory_reports_for_2021_export_from_documented_enums():
     path = shared_fixture("nsys/mordred_ad27a34_report1_2021.sqlite")
     raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     want = {
-        {1: "[CUDA memcpy Host-to-Device]", 2: "[CUDA memcpy Device-to-Host]", 8: "[CUDA memcpy Device-to-Device]"}[kind]: (n, total, size)
+        {1: "[CUDA memcpy Host-to-Device]", 2: "[CUDA memcpy Device-to-Host]", 8: "[CUDA memcpy Device-to-Device]"}[
+            kind
+        ]: (n, total, size)
         for kind, n, total, size in raw.execute(
             'SELECT copyKind, count(*), sum("end" - start), sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY 1'
         )
     }
-    want["[CUDA memset]"] = raw.execute('SELECT count(*), sum("end" - start), sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMSET').fetchone()
+    want["[CUDA memset]"] = raw.execute(
+        'SELECT count(*), sum("end" - start), sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMSET'
+    ).fetchone()
     con = ingested("mordred_ad27a34_report1_2021")
     by_time = {r[8]: (r[2], r[1]) for r in run_report(con, "cuda_gpu_mem_time_sum").rows}
     by_size = {r[7]: (r[1], r[0]) for r in run_report(con, "cuda_gpu_mem_size_sum").rows}

@@ -23,8 +23,15 @@ def free_port() -> int:
 
 def rank_env(rank: int, world_size: int, port: int) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size),
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    env.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        OMP_NUM_THREADS="1",
+    )
     return env
 
 
@@ -79,14 +86,17 @@ class Rank:
         return self.proc.returncode
 
 
-def start_ranks(args: list[str], world_size: int, ranks=None, module: str | None = "wanscope", port=None,
-                per_rank_args=None) -> list[Rank]:
+def start_ranks(
+    args: list[str], world_size: int, ranks=None, module: str | None = "wanscope", port=None, per_rank_args=None
+) -> list[Rank]:
     """Start ``ranks`` (default: all) of a ``world_size`` run of ``python -m module args``
     (or ``python args`` when module is None); ``per_rank_args[r]`` is appended for rank r."""
     port = port or free_port()
     out = []
     for r in range(world_size) if ranks is None else ranks:
-        argv = [sys.executable] + (["-m", module] if module else []) + list(args) + list((per_rank_args or {}).get(r, []))
+        argv = (
+            [sys.executable] + (["-m", module] if module else []) + list(args) + list((per_rank_args or {}).get(r, []))
+        )
         out.append(Rank(argv, rank_env(r, world_size, port)))
     return out
 

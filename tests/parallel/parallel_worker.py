@@ -46,7 +46,9 @@ def main(mode: str, out_dir: Path) -> None:
         prof.export_chrome_trace(str(out_dir / f"rank-{ctx.rank}.json"))
         ctx.barrier("writing the traces")  # as wanscope profile does before rank 0 reads them all
         if ctx.is_main:
-            assert sorted(p.name for p in out_dir.glob("rank-*.json")) == [f"rank-{r}.json" for r in range(ctx.world_size)]
+            assert sorted(p.name for p in out_dir.glob("rank-*.json")) == [
+                f"rank-{r}.json" for r in range(ctx.world_size)
+            ]
             torch.save(latents, out_dir / "latents.pt")
 
 

@@ -20,8 +20,9 @@ from wanscope.errors import WanscopeError
 from wanscope.parallel import setup_from_env
 
 
-def main(num_heads: int, timeout_s: float, heartbeat: bool, stay_rank0_s: float, stay_others_s: float,
-         bar: bool) -> None:
+def main(
+    num_heads: int, timeout_s: float, heartbeat: bool, stay_rank0_s: float, stay_others_s: float, bar: bool
+) -> None:
     with setup_from_env("ulysses", "cpu", timeout_s, num_heads, heartbeat=heartbeat) as ctx:
         print("ready", file=sys.stderr, flush=True)
         stay_s = stay_rank0_s if ctx.is_main else stay_others_s
@@ -39,8 +40,14 @@ def main(num_heads: int, timeout_s: float, heartbeat: bool, stay_rank0_s: float,
 
 if __name__ == "__main__":
     try:
-        main(int(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "1", float(sys.argv[4]), float(sys.argv[5]),
-             sys.argv[6:7] == ["1"])
+        main(
+            int(sys.argv[1]),
+            float(sys.argv[2]),
+            sys.argv[3] == "1",
+            float(sys.argv[4]),
+            float(sys.argv[5]),
+            sys.argv[6:7] == ["1"],
+        )
     except WanscopeError as e:
         print(f"wanscope: error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -42,38 +42,66 @@ def test_heads_that_do_not_split_name_the_degrees_that_do():
     check_heads(12, 4, cfg_degree=2)  # 1.3B on 8 GPUs as cfg+ulysses: 3 heads per rank
     with pytest.raises(UsageError) as e:
         check_heads(12, 8)
-    assert str(e.value) == ("Ulysses degree 8 does not divide the model's 12 attention heads; "
-                            "degrees that work: 2, 3, 4, 6, 12")
+    assert str(e.value) == (
+        "Ulysses degree 8 does not divide the model's 12 attention heads; degrees that work: 2, 3, 4, 6, 12"
+    )
     with pytest.raises(UsageError) as e:
         check_heads(40, 16, cfg_degree=2)  # 14B on 32 GPUs
-    assert str(e.value) == ("Ulysses degree 16 does not divide the model's 40 attention heads; degrees that work: "
-                            "2, 4, 5, 8, 10, 20, 40 (world sizes 4, 8, 10, 16, 20, 40, 80 with cfg+ulysses)")
+    assert str(e.value) == (
+        "Ulysses degree 16 does not divide the model's 40 attention heads; degrees that work: "
+        "2, 4, 5, 8, 10, 20, 40 (world sizes 4, 8, 10, 16, 20, 40, 80 with cfg+ulysses)"
+    )
 
 
 def one_rank(args, rank, world_size, port=29999, timeout_s=60):
-    return subprocess.run([sys.executable, "-m", "wanscope", *args], check=False, env=rank_env(rank, world_size, port),
-                          capture_output=True, text=True, timeout=timeout_s)
+    return subprocess.run(
+        [sys.executable, "-m", "wanscope", *args],
+        check=False,
+        env=rank_env(rank, world_size, port),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
-@pytest.mark.parametrize("preset, world, message", [
-    ("tiny", 3, "Ulysses degree 3 does not divide the model's 2 attention heads; degrees that work: 2"),
-    ("wan2.1-t2v-1.3b", 8, ("Ulysses degree 8 does not divide the model's 12 attention heads; "
-                           "degrees that work: 2, 3, 4, 6, 12")),
-])
+@pytest.mark.parametrize(
+    "preset, world, message",
+    [
+        ("tiny", 3, "Ulysses degree 3 does not divide the model's 2 attention heads; degrees that work: 2"),
+        (
+            "wan2.1-t2v-1.3b",
+            8,
+            ("Ulysses degree 8 does not divide the model's 12 attention heads; degrees that work: 2, 3, 4, 6, 12"),
+        ),
+    ],
+)
 def test_generate_rejects_heads_that_do_not_split_before_starting(tmp_path, preset, world, message):
-    args = ["generate", "--preset", preset, "--random-weights", "--prompt", "x", "--parallel", "ulysses",
-            "--out", str(tmp_path / "x.mp4")]
+    args = [
+        "generate",
+        "--preset",
+        preset,
+        "--random-weights",
+        "--prompt",
+        "x",
+        "--parallel",
+        "ulysses",
+        "--out",
+        str(tmp_path / "x.mp4"),
+    ]
     r = one_rank(args, 0, world)  # no other rank exists: the check runs before any rendezvous
     assert r.returncode == 2
     assert error_line(r.stderr) == f"wanscope: error: {message}"
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("args, env_world, message", [
-    (["--parallel", "cfg"], 3, "--parallel cfg runs on 2 processes (cond and uncond), got a world size of 3"),
-    ([], 2, "launched as 2 processes without --parallel; give --parallel cfg|ulysses|cfg+ulysses"),
-    (["--parallel", "cfg", "--guidance", "1"], 2, "CFG parallel needs guidance > 1"),
-])
+@pytest.mark.parametrize(
+    "args, env_world, message",
+    [
+        (["--parallel", "cfg"], 3, "--parallel cfg runs on 2 processes (cond and uncond), got a world size of 3"),
+        ([], 2, "launched as 2 processes without --parallel; give --parallel cfg|ulysses|cfg+ulysses"),
+        (["--parallel", "cfg", "--guidance", "1"], 2, "CFG parallel needs guidance > 1"),
+    ],
+)
 def test_bad_launches_fail_at_once(tmp_path, args, env_world, message):
     started = time.monotonic()
     r = one_rank([*TINY, *args, "--out", str(tmp_path / "x.mp4")], 0, env_world)
@@ -83,19 +111,29 @@ def test_bad_launches_fail_at_once(tmp_path, args, env_world, message):
 
 
 def test_parallel_without_a_launcher(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "wanscope", *TINY, "--parallel", "ulysses", "--out", str(tmp_path / "x.mp4")],
-                       check=False, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "wanscope", *TINY, "--parallel", "ulysses", "--out", str(tmp_path / "x.mp4")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
     assert error_line(r.stderr).startswith(
         "wanscope: error: --parallel ulysses needs a launcher: run it as `torchrun --nproc-per-node N -m wanscope ...` "
-        "(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT not set)")
+        "(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT not set)"
+    )
 
 
 def test_a_rank_that_never_joins_times_out(tmp_path):
     """torchrun asked for 2 processes but only rank 0 starts (or the ranks disagree on WORLD_SIZE)."""
     started = time.monotonic()
-    ((code, err),) = run_ranks([*TINY, "--parallel", "cfg", "--dist-timeout", "3", "--out", str(tmp_path / "x.mp4")],
-                               2, ranks=[0], timeout_s=60)
+    ((code, err),) = run_ranks(
+        [*TINY, "--parallel", "cfg", "--dist-timeout", "3", "--out", str(tmp_path / "x.mp4")],
+        2,
+        ranks=[0],
+        timeout_s=60,
+    )
     assert code == 2
     line = error_line(err)
     assert line.startswith("wanscope: error: rank 0/2: process group setup failed: ")
@@ -104,20 +142,27 @@ def test_a_rank_that_never_joins_times_out(tmp_path):
 
 
 def test_ranks_started_with_different_arguments(tmp_path):
-    results = run_ranks([*TINY, "--parallel", "cfg", "--dist-timeout", "20", "--out", str(tmp_path / "x.mp4")], 2,
-                        per_rank_args={0: ["--steps", "3"], 1: ["--steps", "4"]}, timeout_s=60)
+    results = run_ranks(
+        [*TINY, "--parallel", "cfg", "--dist-timeout", "20", "--out", str(tmp_path / "x.mp4")],
+        2,
+        per_rank_args={0: ["--steps", "3"], 1: ["--steps", "4"]},
+        timeout_s=60,
+    )
     for code, err in results:
         assert code == 2
-        assert error_line(err) == ("wanscope: error: rank 1 was started with steps=4 but rank 0 with steps=3: "
-                                   "launch every rank with the same arguments")
+        assert error_line(err) == (
+            "wanscope: error: rank 1 was started with steps=4 but rank 0 with steps=3: "
+            "launch every rank with the same arguments"
+        )
 
 
 @pytest.mark.parametrize("mode", ["cfg", "ulysses"])
 @pytest.mark.parametrize("dead", [0, 1])
 def test_a_rank_dying_mid_loop_ends_the_other_with_one_line(tmp_path, mode, dead):
     # enough steps that the loop is still running when the rank is killed
-    ranks = start_ranks([*TINY, "--steps", "100000", "--parallel", mode, "--dist-timeout", "60",
-                         "--out", str(tmp_path / "x.mp4")], 2)
+    ranks = start_ranks(
+        [*TINY, "--steps", "100000", "--parallel", mode, "--dist-timeout", "60", "--out", str(tmp_path / "x.mp4")], 2
+    )
     try:
         # rank 0's progress bar has counted a step: the loop runs
         assert ranks[0].wait_for(r"\| [1-9]\d*/100000", timeout_s=90), ranks[0].stderr[-2000:]
@@ -127,13 +172,18 @@ def test_a_rank_dying_mid_loop_ends_the_other_with_one_line(tmp_path, mode, dead
         assert survivor.finish(timeout_s=30) == 2
         assert time.monotonic() - killed_at < 30  # the lost peer is noticed well before --dist-timeout
         line = error_line(survivor.stderr)
-        what = ("the CFG exchange of velocities" if mode == "cfg" else
-                "the Ulysses (all-to-all of q, k, v|all-to-all of the attention output|all-gather of the output)")
+        what = (
+            "the CFG exchange of velocities"
+            if mode == "cfg"
+            else "the Ulysses (all-to-all of q, k, v|all-to-all of the attention output|all-gather of the output)"
+        )
         # e.g. "rank 0/2: the CFG exchange of velocities failed: Read error [127.0.0.1]:21733:
         # Connection reset by peer (another rank died, ...)"
-        assert re.fullmatch(rf"wanscope: error: rank {1 - dead}/2: {what} failed: .*(closed|reset) by peer.* "
-                            r"\(another rank died, hung past --dist-timeout 60 s, or was started differently\)",
-                            line), line
+        assert re.fullmatch(
+            rf"wanscope: error: rank {1 - dead}/2: {what} failed: .*(closed|reset) by peer.* "
+            r"\(another rank died, hung past --dist-timeout 60 s, or was started differently\)",
+            line,
+        ), line
     finally:
         for r in ranks:
             if r.proc.poll() is None:
@@ -144,8 +194,10 @@ def test_a_rank_dying_mid_loop_ends_the_other_with_one_line(tmp_path, mode, dead
 def test_a_rank_that_stops_answering_times_out_with_one_line(tmp_path):
     """A rank alive but frozen (SIGSTOP) keeps its sockets open: the other fails after
     --dist-timeout, not at once, and not never."""
-    ranks = start_ranks([*TINY, "--steps", "100000", "--parallel", "ulysses", "--dist-timeout", "5",
-                         "--out", str(tmp_path / "x.mp4")], 2)
+    ranks = start_ranks(
+        [*TINY, "--steps", "100000", "--parallel", "ulysses", "--dist-timeout", "5", "--out", str(tmp_path / "x.mp4")],
+        2,
+    )
     try:
         assert ranks[0].wait_for(r"\| [1-9]\d*/100000", timeout_s=90), ranks[0].stderr[-2000:]
         stopped_at = time.monotonic()
@@ -154,10 +206,13 @@ def test_a_rank_that_stops_answering_times_out_with_one_line(tmp_path):
         assert 4 < time.monotonic() - stopped_at < 30
         line = error_line(ranks[0].stderr)
         # gloo words it either way: the timed-out operation, or another one on the pair it closed
-        assert re.fullmatch(r"wanscope: error: rank 0/2: the Ulysses (all-to-all of q, k, v|all-to-all of the attention "
-                            r"output|all-gather of the output) failed: (Timed out waiting 5000ms .*|Application timeout "
-                            r"caused pair closure) \(another rank "
-                            r"died, hung past --dist-timeout 5 s, or was started differently\)", line), line
+        assert re.fullmatch(
+            r"wanscope: error: rank 0/2: the Ulysses (all-to-all of q, k, v|all-to-all of the attention "
+            r"output|all-gather of the output) failed: (Timed out waiting 5000ms .*|Application timeout "
+            r"caused pair closure) \(another rank "
+            r"died, hung past --dist-timeout 5 s, or was started differently\)",
+            line,
+        ), line
     finally:
         for r in ranks:
             if r.proc.poll() is None:
@@ -169,8 +224,15 @@ def setup_ranks(timeout_s, heartbeat, stay_rank0_s, stay_others_s, world_sizes=(
     """Start ``setup_worker.py`` ranks; rank r believes the world has ``world_sizes[r]`` ranks;
     with ``bar`` rank 0 draws a progress bar while it stays."""
     port = free_port()
-    args = [str(HERE / "setup_worker.py"), str(num_heads), str(timeout_s), str(int(heartbeat)), str(stay_rank0_s),
-            str(stay_others_s), str(int(bar))]
+    args = [
+        str(HERE / "setup_worker.py"),
+        str(num_heads),
+        str(timeout_s),
+        str(int(heartbeat)),
+        str(stay_rank0_s),
+        str(stay_others_s),
+        str(int(bar)),
+    ]
     return [Rank([sys.executable, *args], rank_env(r, world, port)) for r, world in enumerate(world_sizes)]
 
 
@@ -182,9 +244,12 @@ def test_ranks_started_with_different_world_sizes():
         for rank, world in ((0, 2), (1, 3)):
             assert ranks[rank].finish(timeout_s=60) == 2
             line = error_line(ranks[rank].stderr)
-            assert re.fullmatch(rf"wanscope: error: rank {rank}/{world}: (process group|subgroup) setup failed: .*"
-                                rf"\(check that every rank was started with the same WORLD_SIZE and "
-                                rf"MASTER_ADDR:MASTER_PORT, and that all {world} started\)", line), line
+            assert re.fullmatch(
+                rf"wanscope: error: rank {rank}/{world}: (process group|subgroup) setup failed: .*"
+                rf"\(check that every rank was started with the same WORLD_SIZE and "
+                rf"MASTER_ADDR:MASTER_PORT, and that all {world} started\)",
+                line,
+            ), line
         assert time.monotonic() - started < 40
     finally:
         for r in ranks:
@@ -207,8 +272,11 @@ def test_heartbeat_ends_a_rank_whose_peer_died(dead):
         assert survivor.finish(timeout_s=30) == 2
         assert time.monotonic() - killed_at < 10
         line = error_line(survivor.stderr)
-        assert re.fullmatch(rf"wanscope: error: rank {1 - dead}/2: lost contact with another rank: .*(closed|reset) by "
-                            r"peer.* \(a rank died, or stopped answering for --dist-timeout 60 s\)", line), line
+        assert re.fullmatch(
+            rf"wanscope: error: rank {1 - dead}/2: lost contact with another rank: .*(closed|reset) by "
+            r"peer.* \(a rank died, or stopped answering for --dist-timeout 60 s\)",
+            line,
+        ), line
     finally:
         for r in ranks:
             if r.proc.poll() is None:
@@ -226,7 +294,8 @@ def test_heartbeat_ends_a_rank_whose_peer_stopped_answering():
         assert 3.5 < time.monotonic() - stopped_at < 20
         assert error_line(ranks[0].stderr) == (
             "wanscope: error: rank 0/2: lost contact with another rank: Timed out waiting 4000ms for recv operation "
-            "to complete (a rank died, or stopped answering for --dist-timeout 4 s)")
+            "to complete (a rank died, or stopped answering for --dist-timeout 4 s)"
+        )
     finally:
         for r in ranks:
             if r.proc.poll() is None:

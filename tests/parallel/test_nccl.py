@@ -61,8 +61,24 @@ def torchrun(*args, timeout_s):
     env = rank_env(0, 1, 0)
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key)  # torchrun sets them per rank
-    return run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-                "--master-port", str(free_port()), "-m", "wanscope", *args], timeout_s, env)
+    return run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "wanscope",
+            *args,
+        ],
+        timeout_s,
+        env,
+    )
 
 
 def finish(rank, timeout_s) -> int:
@@ -101,17 +117,50 @@ def test_pipelined_ulysses_equals_one_gpu_for_every_grouping(tmp_path, left):
     assert (torch.load(tmp_path / "latents-batched.pt") - batched).abs().max().item() <= 1e-4
 
 
-GENERATE = ["generate", "--preset", "tiny", "--random-weights", "--prompt", "a red fox in the snow", "--steps", "3",
-            "--size", "64x48", "--frames", "5", "--dtype", "fp32"]
+GENERATE = [
+    "generate",
+    "--preset",
+    "tiny",
+    "--random-weights",
+    "--prompt",
+    "a red fox in the snow",
+    "--steps",
+    "3",
+    "--size",
+    "64x48",
+    "--frames",
+    "5",
+    "--dtype",
+    "fp32",
+]
 
 
 @pytest.mark.parametrize("mode", ["cfg", "ulysses"])
 def test_generate_on_two_gpus_saves_the_one_gpu_latents(tmp_path, mode, left):
-    single = run([sys.executable, "-m", "wanscope", *GENERATE, "--out", str(tmp_path / "one.mp4"), "--save-latents",
-                  str(tmp_path / "one.pt")], timeout_s=left() / 2)
+    single = run(
+        [
+            sys.executable,
+            "-m",
+            "wanscope",
+            *GENERATE,
+            "--out",
+            str(tmp_path / "one.mp4"),
+            "--save-latents",
+            str(tmp_path / "one.pt"),
+        ],
+        timeout_s=left() / 2,
+    )
     assert single.returncode == 0, single.stderr
-    r = torchrun(*GENERATE, "--parallel", mode, "--out", str(tmp_path / "two.mp4"), "--save-latents",
-                 str(tmp_path / "two.pt"), timeout_s=left())
+    r = torchrun(
+        *GENERATE,
+        "--parallel",
+        mode,
+        "--out",
+        str(tmp_path / "two.mp4"),
+        "--save-latents",
+        str(tmp_path / "two.pt"),
+        timeout_s=left(),
+    )
     assert r.returncode == 0, tail(r.stderr)
     one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
     assert (two - one).abs().max().item() <= 1e-4
@@ -120,8 +169,18 @@ def test_generate_on_two_gpus_saves_the_one_gpu_latents(tmp_path, mode, left):
 
 @pytest.mark.parametrize("mode", ["cfg", "ulysses"])
 def test_profile_on_two_gpus_reports_nccl_kernels_per_rank(tmp_path, mode, left):
-    r = torchrun("profile", "--preset", "tiny", "--profile-steps", "1", "--parallel", mode, "--out", str(tmp_path),
-                 timeout_s=left())
+    r = torchrun(
+        "profile",
+        "--preset",
+        "tiny",
+        "--profile-steps",
+        "1",
+        "--parallel",
+        mode,
+        "--out",
+        str(tmp_path),
+        timeout_s=left(),
+    )
     assert r.returncode == 0, tail(r.stderr)
     for rank in (0, 1):
         with gzip.open(tmp_path / f"trace-rank{rank}.json.gz") as f:
@@ -152,15 +211,21 @@ def kill_all(ranks):
 def started(ranks, timeout_s):
     """Wait until rank 0's progress bar has counted a step (the loop runs), else fail with both stderrs."""
     if not ranks[0].wait_for(r"\| [1-9]\d*/100000", timeout_s=timeout_s):
-        pytest.fail("the denoising loop did not start; " + "; ".join(
-            f"rank {i} (exit code {r.proc.poll()}) stderr:\n{tail(r.stderr, 2000)}" for i, r in enumerate(ranks)))
+        pytest.fail(
+            "the denoising loop did not start; "
+            + "; ".join(
+                f"rank {i} (exit code {r.proc.poll()}) stderr:\n{tail(r.stderr, 2000)}" for i, r in enumerate(ranks)
+            )
+        )
 
 
 @pytest.mark.parametrize("mode", ["cfg", "ulysses"])
 @pytest.mark.parametrize("dead", [0, 1])
 def test_a_rank_dying_under_nccl_ends_the_other_with_one_line(tmp_path, mode, dead, left):
-    ranks = start_ranks([*GENERATE, "--steps", "100000", "--parallel", mode, "--dist-timeout", "60",
-                         "--out", str(tmp_path / "x.mp4")], 2)
+    ranks = start_ranks(
+        [*GENERATE, "--steps", "100000", "--parallel", mode, "--dist-timeout", "60", "--out", str(tmp_path / "x.mp4")],
+        2,
+    )
     try:
         started(ranks, timeout_s=min(35.0, left() - 20))
         killed_at = time.monotonic()
@@ -169,20 +234,34 @@ def test_a_rank_dying_under_nccl_ends_the_other_with_one_line(tmp_path, mode, de
         code = finish(survivor, timeout_s=min(15.0, left()))
         took_s = time.monotonic() - killed_at
         why = f"rank {1 - dead}, the survivor, exited {code} {took_s:.1f} s after the kill; its stderr:\n" + tail(
-            survivor.stderr)
+            survivor.stderr
+        )
         assert code == 2, why
         assert took_s < 15, why  # the heartbeat, long before --dist-timeout
         line = error_line(survivor.stderr)
-        assert re.fullmatch(rf"wanscope: error: rank {1 - dead}/2: (lost contact with another rank|the .* failed): .*",
-                            line), why
+        assert re.fullmatch(
+            rf"wanscope: error: rank {1 - dead}/2: (lost contact with another rank|the .* failed): .*", line
+        ), why
     finally:
         kill_all(ranks)
 
 
 def test_a_rank_frozen_under_nccl_ends_the_other_after_the_timeout(tmp_path, left):
     # a short --dist-timeout: the heartbeat's wait, 5 s; NCCL's watchdog would abort NCCL_GRACE_S later
-    ranks = start_ranks([*GENERATE, "--steps", "100000", "--parallel", "ulysses", "--dist-timeout", "5",
-                         "--out", str(tmp_path / "x.mp4")], 2)
+    ranks = start_ranks(
+        [
+            *GENERATE,
+            "--steps",
+            "100000",
+            "--parallel",
+            "ulysses",
+            "--dist-timeout",
+            "5",
+            "--out",
+            str(tmp_path / "x.mp4"),
+        ],
+        2,
+    )
     try:
         started(ranks, timeout_s=min(35.0, left() - 20))
         stopped_at = time.monotonic()
@@ -193,8 +272,11 @@ def test_a_rank_frozen_under_nccl_ends_the_other_after_the_timeout(tmp_path, lef
         assert code == 2, why
         assert 4 < took_s < 15, why  # after --dist-timeout and at most a beat, before NCCL's watchdog
         line = error_line(ranks[0].stderr)
-        assert re.fullmatch(r"wanscope: error: rank 0/2: lost contact with another rank: (Timed out waiting 5000ms .*|"
-                            r"Application timeout caused pair closure) \(a rank died, or stopped answering for "
-                            r"--dist-timeout 5 s\)", line), why
+        assert re.fullmatch(
+            r"wanscope: error: rank 0/2: lost contact with another rank: (Timed out waiting 5000ms .*|"
+            r"Application timeout caused pair closure) \(a rank died, or stopped answering for "
+            r"--dist-timeout 5 s\)",
+            line,
+        ), why
     finally:
         kill_all(ranks)

@@ -67,8 +67,14 @@ def test_cfg_parallel_equals_single_process_and_runs_one_branch_per_rank(tmp_pat
     # each forward is a whole one: all L tokens and all N heads
     blocks = STEPS * CFG.dit.num_layers
     assert ops_in_ranges(con, ranges.SELF_ATTN, ["aten::scaled_dot_product_attention"]) == [
-        (r, "aten::scaled_dot_product_attention", f"[[1,{N},{L},{D}],[1,{N},{L},{D}],[1,{N},{L},{D}],[],[],[],[],[]]",
-         blocks) for r in (0, 1)]
+        (
+            r,
+            "aten::scaled_dot_product_attention",
+            f"[[1,{N},{L},{D}],[1,{N},{L},{D}],[1,{N},{L},{D}],[],[],[],[],[]]",
+            blocks,
+        )
+        for r in (0, 1)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -82,21 +88,25 @@ def test_ulysses_equals_single_process_and_shards_tokens_and_heads(ulysses_run, 
     assert (latents - reference).abs().max().item() <= 1e-5
     half, heads = L // 2, N // 2
     # both CFG branches on every rank: 2 forwards per step
-    assert con.execute("SELECT rank, count(*) FROM cpu_ops WHERE name = 'aten::conv3d' GROUP BY ALL ORDER BY ALL"
-                       ).fetchall() == [(0, 2 * STEPS), (1, 2 * STEPS)]
+    assert con.execute(
+        "SELECT rank, count(*) FROM cpu_ops WHERE name = 'aten::conv3d' GROUP BY ALL ORDER BY ALL"
+    ).fetchall() == [(0, 2 * STEPS), (1, 2 * STEPS)]
     blocks = 2 * STEPS * CFG.dit.num_layers  # block calls per rank
     for rank in (0, 1):
         # self-attention: projections on L/2 tokens, v's as one GEMM per rank's N/2 heads (its
         # chunk of the send buffer, the last input); attention over all L tokens with N/2 heads
-        rows = ops_in_ranges(con, ranges.SELF_ATTN,
-                             ["aten::linear", "aten::addmm", "aten::scaled_dot_product_attention"])
+        rows = ops_in_ranges(
+            con, ranges.SELF_ATTN, ["aten::linear", "aten::addmm", "aten::scaled_dot_product_attention"]
+        )
         got = {(name, dims): n for r, name, dims, n in rows if r == rank}
         assert got == {
             ("aten::linear", f"[[1,{half},{DIM}],[{DIM},{DIM}],[{DIM}]]"): 3 * blocks,  # q, k, o
             ("aten::addmm", f"[[{DIM}],[{half},{DIM}],[{DIM},{DIM}],[],[]]"): 3 * blocks,  # inside those
             ("aten::addmm", f"[[{DIM // 2}],[{half},{DIM}],[{DIM},{DIM // 2}],[],[],[{half},{DIM // 2}]]"): 2 * blocks,
-            ("aten::scaled_dot_product_attention",
-             f"[[1,{heads},{L},{D}],[1,{heads},{L},{D}],[1,{heads},{L},{D}],[],[],[],[],[]]"): blocks,
+            (
+                "aten::scaled_dot_product_attention",
+                f"[[1,{heads},{L},{D}],[1,{heads},{L},{D}],[1,{heads},{L},{D}],[],[],[],[],[]]",
+            ): blocks,
         }
         # cross-attention: L/2 query tokens with all N heads against the Lc text tokens
         rows = ops_in_ranges(con, ranges.CROSS_ATTN, ["aten::linear", "aten::scaled_dot_product_attention"])
@@ -104,8 +114,10 @@ def test_ulysses_equals_single_process_and_shards_tokens_and_heads(ulysses_run, 
         assert got == {
             ("aten::linear", f"[[1,{half},{DIM}],[{DIM},{DIM}],[{DIM}]]"): 2 * blocks,  # q, o
             ("aten::linear", f"[[1,{LC},{DIM}],[{DIM},{DIM}],[{DIM}]]"): 2 * blocks,  # k, v of the text
-            ("aten::scaled_dot_product_attention",
-             f"[[1,{N},{half},{D}],[1,{N},{LC},{D}],[1,{N},{LC},{D}],[],[],[],[],[]]"): blocks,
+            (
+                "aten::scaled_dot_product_attention",
+                f"[[1,{N},{half},{D}],[1,{N},{LC},{D}],[1,{N},{LC},{D}],[],[],[],[],[]]",
+            ): blocks,
         }
         rows = ops_in_ranges(con, ranges.FFN, ["aten::linear"])
         assert {dims: n for r, _name, dims, n in rows if r == rank} == {
@@ -117,10 +129,17 @@ def test_ulysses_equals_single_process_and_shards_tokens_and_heads(ulysses_run, 
     counts = con.execute("""SELECT rank, name, count(*) FROM cpu_ops
                             WHERE name LIKE 'wanscope/parallel/%' OR name LIKE 'c10d::%'
                             GROUP BY ALL ORDER BY ALL""").fetchall()
-    assert counts == [(r, name, n) for r in (0, 1) for name, n in (
-        ("c10d::_allgather_base_", 2 * STEPS), ("c10d::alltoall_base_", 4 * blocks),
-        ("wanscope/parallel/ulysses_gather", 2 * STEPS), ("wanscope/parallel/ulysses_out", blocks),
-        ("wanscope/parallel/ulysses_qkv", 3 * blocks))]
+    assert counts == [
+        (r, name, n)
+        for r in (0, 1)
+        for name, n in (
+            ("c10d::_allgather_base_", 2 * STEPS),
+            ("c10d::alltoall_base_", 4 * blocks),
+            ("wanscope/parallel/ulysses_gather", 2 * STEPS),
+            ("wanscope/parallel/ulysses_out", blocks),
+            ("wanscope/parallel/ulysses_qkv", 3 * blocks),
+        )
+    ]
 
 
 def test_ulysses_copies_only_the_attention_output_between_layouts(ulysses_run):
@@ -136,8 +155,11 @@ def test_ulysses_copies_only_the_attention_output_between_layouts(ulysses_run):
     blocks = 2 * STEPS * CFG.dit.num_layers
     for rank in (0, 1):
         rows = ops_in_ranges(con, ranges.SELF_ATTN, ["aten::copy_", "aten::clone", "aten::contiguous"])
-        layouts = {(name, dims): n for r, name, dims, n in rows
-                   if r == rank and (name != "aten::copy_" or dims.split("]")[0].count(",") >= 3)}
+        layouts = {
+            (name, dims): n
+            for r, name, dims, n in rows
+            if r == rank and (name != "aten::copy_" or dims.split("]")[0].count(",") >= 3)
+        }
         assert layouts == {("aten::copy_", f"[[1,{L // 2},2,{N // 2},{D}],[1,{L // 2},2,{N // 2},{D}],[]]"): 3 * blocks}
 
 
@@ -153,9 +175,15 @@ def test_cfg_times_ulysses_on_4_processes(tmp_path, reference):
     assert rows == [(0, STEPS, 0, STEPS), (1, STEPS, 0, STEPS), (2, 0, STEPS, STEPS), (3, 0, STEPS, STEPS)]
     blocks = STEPS * CFG.dit.num_layers
     sdpa = ops_in_ranges(con, ranges.SELF_ATTN, ["aten::scaled_dot_product_attention"])
-    assert sdpa == [(r, "aten::scaled_dot_product_attention",
-                     f"[[1,{N // 2},{L},{D}],[1,{N // 2},{L},{D}],[1,{N // 2},{L},{D}],[],[],[],[],[]]", blocks)
-                    for r in range(4)]
+    assert sdpa == [
+        (
+            r,
+            "aten::scaled_dot_product_attention",
+            f"[[1,{N // 2},{L},{D}],[1,{N // 2},{L},{D}],[1,{N // 2},{L},{D}],[],[],[],[],[]]",
+            blocks,
+        )
+        for r in range(4)
+    ]
 
 
 GENERATE = ["generate", "--preset", "tiny", "--random-weights", "--prompt", "a red fox in the snow", "--steps", "3"]
@@ -165,14 +193,47 @@ GENERATE = ["generate", "--preset", "tiny", "--random-weights", "--prompt", "a r
 @pytest.mark.parametrize("mode, size, frames", [("cfg", "64x48", "5"), ("ulysses", "48x48", "1")])
 def test_generate_under_torchrun_saves_the_single_process_latents(tmp_path, mode, size, frames):
     args = [*GENERATE, "--size", size, "--frames", frames]
-    single = subprocess.run([sys.executable, "-m", "wanscope", *args, "--out", str(tmp_path / "one.mp4"),
-                             "--save-latents", str(tmp_path / "one.pt")], check=False, capture_output=True, text=True,
-                            timeout=180)
+    single = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wanscope",
+            *args,
+            "--out",
+            str(tmp_path / "one.mp4"),
+            "--save-latents",
+            str(tmp_path / "one.pt"),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert single.returncode == 0, single.stderr
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                        "--master-port", str(free_port()), "-m", "wanscope", *args, "--parallel", mode,
-                        "--out", str(tmp_path / "two.mp4"), "--save-latents", str(tmp_path / "two.pt")],
-                       check=False, capture_output=True, text=True, timeout=180)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "wanscope",
+            *args,
+            "--parallel",
+            mode,
+            "--out",
+            str(tmp_path / "two.mp4"),
+            "--save-latents",
+            str(tmp_path / "two.pt"),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [str(tmp_path / f"two.{ext}") for ext in ("mp4", "png", "json", "pt")]
     assert r.stderr.count("| 0/3 [") == 1  # one progress bar (drawn once at 0): rank 0's

@@ -16,11 +16,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from launch import error_line, free_port, rank_env, run_ranks  # noqa: E402
+from launch import error_line, free_port, rank_env, run_ranks
 
-from wanscope.profile.result import CPU_NOTE, cfg_note  # noqa: E402
-from wanscope.trace import open_traces  # noqa: E402
-from wanscope.wan import ranges  # noqa: E402
+from wanscope.profile.result import CPU_NOTE, cfg_note
+from wanscope.trace import open_traces
+from wanscope.wan import ranges
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU (gloo) run; with CUDA each rank needs a GPU")
 TINY = ["profile", "--preset", "tiny", "--profile-steps", "1"]
@@ -30,16 +30,36 @@ def torchrun(*args, timeout_s=240):
     env = rank_env(0, 1, 0)
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key)  # torchrun sets them per rank
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "wanscope", *args],
-                          env=env, capture_output=True, text=True, timeout=timeout_s)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "wanscope",
+            *args,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 def step_ranges(trace) -> dict[int, int]:
     """step -> duration (ns) of the ``wanscope/step#k`` ranges, from the trace's decimal text."""
     doc = json.load(gzip.open(trace, "rt"), parse_float=Decimal)
-    return {int(e["name"].split("#")[1]): int(round(Decimal(e["dur"]) * 1000))
-            for e in doc["traceEvents"] if e.get("name", "").startswith("wanscope/step#")}
+    return {
+        int(e["name"].split("#")[1]): int(round(Decimal(e["dur"]) * 1000))
+        for e in doc["traceEvents"]
+        if e.get("name", "").startswith("wanscope/step#")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -53,14 +73,26 @@ def cfg_run(tmp_path_factory):
 def test_one_trace_per_rank_with_its_rank_and_one_report(cfg_run):
     out, _, report = cfg_run
     assert sorted(p.name for p in out.iterdir()) == [
-        "report.html", "report.json", "trace-rank0.json.gz", "trace-rank1.json.gz"]
+        "report.html",
+        "report.json",
+        "trace-rank0.json.gz",
+        "trace-rank1.json.gz",
+    ]
     for rank in (0, 1):
         info = json.load(gzip.open(out / f"trace-rank{rank}.json.gz"))["distributedInfo"]
         assert (info["backend"], info["rank"], info["world_size"]) == ("gloo", rank, 2)
     assert [(s["path"], s["format"], s["rank"]) for s in report["sources"]] == [
-        (str(out / "trace-rank0.json.gz"), "kineto", 0), (str(out / "trace-rank1.json.gz"), "kineto", 1)]
-    assert report["run"]["parallel"] == {"mode": "cfg", "world_size": 2, "cfg_degree": 2, "ulysses_degree": 1,
-                                         "rank": 0, "timeout_s": 300.0}
+        (str(out / "trace-rank0.json.gz"), "kineto", 0),
+        (str(out / "trace-rank1.json.gz"), "kineto", 1),
+    ]
+    assert report["run"]["parallel"] == {
+        "mode": "cfg",
+        "world_size": 2,
+        "cfg_degree": 2,
+        "ulysses_degree": 1,
+        "rank": 0,
+        "timeout_s": 300.0,
+    }
     assert (report["run"]["profiled_steps"], report["run"]["cfg"]) == ([1], "sequential")
     # rank 0 decodes: its run has all three stages
     assert list(report["run"]["stage_wall_ns"]) == ["text_encoding", "denoising", "vae_decode"]
@@ -73,18 +105,33 @@ def test_steps_and_ranks_section_cover_both_ranks_with_the_traces_step_times(cfg
     # a CPU run: no GPU activity, so no devices, no per-rank GPU figures
     assert report["devices"] == [] and report["syncs"] == []
     assert report["notes"][1] == CPU_NOTE and report["notes"][3].startswith("no GPU activity")
-    assert report["notes"][2] == cfg_note(report["run"]) == (
-        "CFG sequential: cond and uncond on ranks of their own, one B=1 forward each per step (--cfg auto, CFG parallel).")
+    assert (
+        report["notes"][2]
+        == cfg_note(report["run"])
+        == (
+            "CFG sequential: cond and uncond on ranks of their own, one B=1 forward each per step (--cfg auto, CFG parallel)."
+        )
+    )
     assert [(s["rank"], s["step"], s["cpu_dur_ns"], s["gpu_dur_ns"]) for s in report["steps"]] == [
-        (0, 1, dur[0][1], None), (1, 1, dur[1][1], None)]
+        (0, 1, dur[0][1], None),
+        (1, 1, dur[1][1], None),
+    ]
     assert report["host_ops"]["step_time_ns"] == dur[0][1] + dur[1][1]
     ranks = report["ranks"]
     assert ranks["communication"] == []  # gloo collectives run on the host: no communication kernels
     slow, fast = sorted((0, 1), key=lambda r: (-dur[r][1], r))
-    assert ranks["steps"] == [{
-        "step": 1, "basis": "cpu", "slowest_rank": slow, "spread_ns": dur[slow][1] - dur[fast][1],
-        "ranks": [{"rank": r, "dur_ns": dur[r][1], "exposed_communication_ns": 0, "work_ns": dur[r][1]}
-                  for r in (slow, fast)]}]
+    assert ranks["steps"] == [
+        {
+            "step": 1,
+            "basis": "cpu",
+            "slowest_rank": slow,
+            "spread_ns": dur[slow][1] - dur[fast][1],
+            "ranks": [
+                {"rank": r, "dur_ns": dur[r][1], "exposed_communication_ns": 0, "work_ns": dur[r][1]}
+                for r in (slow, fast)
+            ],
+        }
+    ]
 
 
 def test_each_rank_traced_its_own_cfg_branch(cfg_run):
@@ -108,38 +155,61 @@ def test_rank_0_alone_prints_the_report(cfg_run):
     assert r.stdout.count("wrote ") == 1
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--nsys"], "--parallel captures each rank with torch.profiler: not with --nsys"),
-    (["--ncu", "attention"], "--parallel captures each rank with torch.profiler: not with --ncu"),
-    (["--compare-compile"], "--parallel captures each rank with torch.profiler: not with --compare-compile"),
-    (["--cfg", "batched"], "CFG parallel runs each branch on its own rank; --cfg batched does not apply"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--nsys"], "--parallel captures each rank with torch.profiler: not with --nsys"),
+        (["--ncu", "attention"], "--parallel captures each rank with torch.profiler: not with --ncu"),
+        (["--compare-compile"], "--parallel captures each rank with torch.profiler: not with --compare-compile"),
+        (["--cfg", "batched"], "CFG parallel runs each branch on its own rank; --cfg batched does not apply"),
+    ],
+)
 def test_parallel_refuses_what_it_cannot_run(tmp_path, extra, message):
-    r = subprocess.run([sys.executable, "-m", "wanscope", *TINY, "--parallel", "cfg", *extra, "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "wanscope", *TINY, "--parallel", "cfg", *extra, "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
     assert error_line(r.stderr) == f"wanscope: error: {message}"
     assert list(tmp_path.iterdir()) == []
 
 
 def test_without_a_launcher_or_without_parallel_one_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "wanscope", *TINY, "--parallel", "cfg", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "wanscope", *TINY, "--parallel", "cfg", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
     assert error_line(r.stderr).startswith("wanscope: error: --parallel cfg needs a launcher: run it as `torchrun")
-    r = subprocess.run([sys.executable, "-m", "wanscope", *TINY, "--out", str(tmp_path)],
-                       env=rank_env(1, 2, free_port()), capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "wanscope", *TINY, "--out", str(tmp_path)],
+        env=rank_env(1, 2, free_port()),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
-    assert error_line(r.stderr) == ("wanscope: error: launched as 2 processes without --parallel; "
-                                    "give --parallel cfg|ulysses|cfg+ulysses")
+    assert error_line(r.stderr) == (
+        "wanscope: error: launched as 2 processes without --parallel; give --parallel cfg|ulysses|cfg+ulysses"
+    )
 
 
 def test_ranks_started_with_different_options_end_with_one_line(tmp_path):
-    results = run_ranks([*TINY, "--parallel", "cfg", "--dist-timeout", "30", "--out", str(tmp_path)],
-                        2, timeout_s=120, per_rank_args={1: ["--warmup", "2"]})
-    for rank, (code, err) in enumerate(results):
+    results = run_ranks(
+        [*TINY, "--parallel", "cfg", "--dist-timeout", "30", "--out", str(tmp_path)],
+        2,
+        timeout_s=120,
+        per_rank_args={1: ["--warmup", "2"]},
+    )
+    for code, err in results:
         assert code == 2, err
         line = error_line(err)
-        assert line == ("wanscope: error: rank 1 was started with warmup=2 but rank 0 with warmup=1: "
-                        "launch every rank with the same arguments"), line
+        assert line == (
+            "wanscope: error: rank 1 was started with warmup=2 but rank 0 with warmup=1: "
+            "launch every rank with the same arguments"
+        ), line
     assert not list(tmp_path.glob("trace-rank*"))

@@ -51,8 +51,18 @@ def test_parse_head_groups():
 
 def cpu_context(**changes) -> ParallelContext:
     """A rank of a 2-rank Ulysses run on the CPU, without a process group (nothing here talks)."""
-    fields = {"mode": "ulysses", "rank": 1, "world_size": 2, "local_rank": 1, "cfg_degree": 1, "ulysses_degree": 2,
-              "device": torch.device("cpu"), "timeout_s": 60.0, "cfg_group": None, "ulysses_group": None}
+    fields = {
+        "mode": "ulysses",
+        "rank": 1,
+        "world_size": 2,
+        "local_rank": 1,
+        "cfg_degree": 1,
+        "ulysses_degree": 2,
+        "device": torch.device("cpu"),
+        "timeout_s": 60.0,
+        "cfg_group": None,
+        "ulysses_group": None,
+    }
     return ParallelContext(**(fields | changes))
 
 
@@ -65,8 +75,9 @@ def test_transports(monkeypatch):
     monkeypatch.setenv(TRANSPORT_ENV, "nccl")
     assert ulysses_transport("cuda", 8, 4, True) == "nccl"
     monkeypatch.setenv(TRANSPORT_ENV, "nvlink")
-    with pytest.raises(UsageError, match="WANSCOPE_ULYSSES_TRANSPORT='nvlink' is not a Ulysses transport; "
-                                         "known: nccl, copy-engine"):
+    with pytest.raises(
+        UsageError, match="WANSCOPE_ULYSSES_TRANSPORT='nvlink' is not a Ulysses transport; known: nccl, copy-engine"
+    ):
         ulysses_transport("cuda", 8, 4, True)
     with pytest.raises(UsageError, match="the copy-engine Ulysses transport needs CUDA devices; use nccl"):
         make_transport("copy-engine", cpu_context())
@@ -88,13 +99,17 @@ def test_a_bad_head_group_count_is_refused_not_replaced_by_the_default(monkeypat
             Ulysses(cpu_context(), 6, bad)
 
 
-@pytest.mark.parametrize("world_size, specs", [
-    (2, ["1", "2", "3", "1+2", "9", "2@nccl"]),  # 3 heads per rank; 9 groups -> one per head
-    (3, ["1", "2"]),  # 2 heads per rank, 13 tokens -> shards of 5, 4, 4
-])
+@pytest.mark.parametrize(
+    "world_size, specs",
+    [
+        (2, ["1", "2", "3", "1+2", "9", "2@nccl"]),  # 3 heads per rank; 9 groups -> one per head
+        (3, ["1", "2"]),  # 2 heads per rank, 13 tokens -> shards of 5, 4, 4
+    ],
+)
 def test_every_grouping_gives_the_same_attention_and_latents(tmp_path, world_size, specs):
-    results = run_ranks([str(HERE / "ulysses_worker.py"), "cpu", str(tmp_path), *specs], world_size, module=None,
-                        timeout_s=180)
+    results = run_ranks(
+        [str(HERE / "ulysses_worker.py"), "cpu", str(tmp_path), *specs], world_size, module=None, timeout_s=180
+    )
     for code, err in results:
         assert code == 0, err
     q, k, v = attention_inputs()

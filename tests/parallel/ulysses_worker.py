@@ -83,8 +83,9 @@ def main(device_type: str, out_dir: Path, specs: list[str]) -> None:
             shard_dit(ctx, dit, *parse_spec(spec))
             sampler = FlowSampler(flow_schedule(STEPS, 5.0))
             latents[spec] = denoise(dit, noise, cond, uncond, sampler, GUIDANCE, parallel=ctx).cpu()
-        batched = denoise(dit, noise, cond, uncond, FlowSampler(flow_schedule(STEPS, 5.0)), GUIDANCE, cfg="batched",
-                          parallel=ctx).cpu()
+        batched = denoise(
+            dit, noise, cond, uncond, FlowSampler(flow_schedule(STEPS, 5.0)), GUIDANCE, cfg="batched", parallel=ctx
+        ).cpu()
         if ctx.is_main:
             torch.save(latents, out_dir / "latents.pt")
             torch.save(batched, out_dir / "latents-batched.pt")

@@ -12,10 +12,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wanscope.profile import driver  # noqa: E402
-from wanscope.profile.cli import child_argv, run_child, profile  # noqa: E402
-from wanscope.profile.options import resolve  # noqa: E402
-from wanscope.profile.window import CudaProfilerWindow  # noqa: E402
+from wanscope.profile import driver
+from wanscope.profile.cli import child_argv, profile, run_child
+from wanscope.profile.options import resolve
+from wanscope.profile.window import CudaProfilerWindow
 
 
 @pytest.fixture
@@ -56,7 +56,6 @@ def test_nsys_child_brackets_the_profiled_steps(tmp_path, cuda_calls):
 
 def test_ncu_child_is_one_step_without_the_vae(cuda_calls):
     opts = resolve(False, preset="tiny").with_steps(0, 1)
-    m = driver.run(opts, CudaProfilerWindow(opts.warmup, opts.profile_steps), decode=False,
-                   attention_only_in_dit=True)
+    m = driver.run(opts, CudaProfilerWindow(opts.warmup, opts.profile_steps), decode=False, attention_only_in_dit=True)
     assert cuda_calls == ["sync", "start", "step 0", "sync", "stop"]
     assert list(m.stage_wall_ns) == ["text_encoding", "denoising"] and len(m.step_wall_ns) == 1

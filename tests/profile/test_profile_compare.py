@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wanscope.trace import open_traces  # noqa: E402
+from wanscope.trace import open_traces
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU run")
 
@@ -20,16 +20,35 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU run")
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory):
     out = tmp_path_factory.mktemp("compare")
-    r = subprocess.run([sys.executable, "-m", "wanscope", "profile", "--preset", "tiny", "--profile-steps", "1",
-                        "--compare-compile", "--out", str(out)], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wanscope",
+            "profile",
+            "--preset",
+            "tiny",
+            "--profile-steps",
+            "1",
+            "--compare-compile",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     return out, r
 
 
 def ranges(trace) -> dict[str, int]:
     con = open_traces([str(trace)])
-    return dict(con.execute("SELECT name, count(*) FROM cpu_ops WHERE name LIKE 'wanscope/block/%' "
-                            "OR name LIKE 'Torch-Compiled Region%' GROUP BY name").fetchall())
+    return dict(
+        con.execute(
+            "SELECT name, count(*) FROM cpu_ops WHERE name LIKE 'wanscope/block/%' "
+            "OR name LIKE 'Torch-Compiled Region%' GROUP BY name"
+        ).fetchall()
+    )
 
 
 def test_files_and_the_compile_object(compared):
@@ -41,8 +60,10 @@ def test_files_and_the_compile_object(compared):
         reports[label] = json.loads((out / label / "report.json").read_text())
     assert (reports["eager"]["run"]["compile"], reports["compiled"]["run"]["compile"]) == (False, True)
     d = json.loads((out / "diff.json").read_text())
-    assert (d["base"]["label"], d["new"]["label"]) == (str(out / "eager" / "trace.json.gz"),
-                                                       str(out / "compiled" / "trace.json.gz"))
+    assert (d["base"]["label"], d["new"]["label"]) == (
+        str(out / "eager" / "trace.json.gz"),
+        str(out / "compiled" / "trace.json.gz"),
+    )
     c = d["compile"]
     assert c["warmup_steps"] == 1
     for label, rep in reports.items():
@@ -57,5 +78,8 @@ def test_compiled_blocks_are_one_region_each(compared):
     out, _ = compared
     # one profiled step x 1 batched CFG forward (--cfg auto at tiny's 32 tokens) x 2 blocks
     assert ranges(out / "eager" / "trace.json.gz") == {
-        "wanscope/block/self_attn": 2, "wanscope/block/cross_attn": 2, "wanscope/block/ffn": 2}
+        "wanscope/block/self_attn": 2,
+        "wanscope/block/cross_attn": 2,
+        "wanscope/block/ffn": 2,
+    }
     assert ranges(out / "compiled" / "trace.json.gz") == {"Torch-Compiled Region: 0/0": 2}

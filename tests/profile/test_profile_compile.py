@@ -7,9 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wanscope.profile.driver import compile_blocks  # noqa: E402
-from wanscope.wan.config import get_preset  # noqa: E402
-from wanscope.wan.dit import WanDiT  # noqa: E402
+from wanscope.profile.driver import compile_blocks
+from wanscope.wan.config import get_preset
+from wanscope.wan.dit import WanDiT
 
 
 def test_regional_compile_is_one_graph_without_breaks():

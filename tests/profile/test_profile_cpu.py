@@ -15,9 +15,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wanscope.profile.result import CPU_NOTE, cfg_note  # noqa: E402
-from wanscope.wan.cli import RANDOM_NOTE  # noqa: E402
-from wanscope.wan.sampler import FlowSampler  # noqa: E402
+from wanscope.profile.result import CPU_NOTE, cfg_note
+from wanscope.wan.cli import RANDOM_NOTE
+from wanscope.wan.sampler import FlowSampler
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU run; a GPU run profiles the 1.3B preset")
 TINY = ["profile", "--preset", "tiny", "--profile-steps", "2"]
@@ -53,7 +53,10 @@ def trace_steps(trace_path) -> dict[int, tuple[int, int]]:
     out = {}
     for e in doc["traceEvents"]:
         if e.get("name", "").startswith("wanscope/step#"):
-            out[int(e["name"].split("#")[1])] = (int(round(Decimal(e["ts"]) * 1000)), int(round(Decimal(e["dur"]) * 1000)))
+            out[int(e["name"].split("#")[1])] = (
+                int(round(Decimal(e["ts"]) * 1000)),
+                int(round(Decimal(e["dur"]) * 1000)),
+            )
     return out
 
 
@@ -87,8 +90,10 @@ def test_run_object(default_run):
     assert all(v > 0 for v in run["stage_wall_ns"].values())
     assert len(run["step_wall_ns"]) == 3
     assert report["notes"][:3] == [RANDOM_NOTE, CPU_NOTE, cfg_note(run)]
-    assert cfg_note(run) == ("CFG batched: cond and uncond as one B=2 DiT forward per step "
-                             "(--cfg auto, L = 32 tokens <= 8,192: batched up to it, sequential above).")
+    assert cfg_note(run) == (
+        "CFG batched: cond and uncond as one B=2 DiT forward per step "
+        "(--cfg auto, L = 32 tokens <= 8,192: batched up to it, sequential above)."
+    )
 
 
 def test_two_steps_whose_times_are_the_traces(default_run):
@@ -96,7 +101,8 @@ def test_two_steps_whose_times_are_the_traces(default_run):
     ranges = trace_steps(out / "trace.json.gz")
     assert sorted(ranges) == [1, 2]  # the warm-up step is not in the trace
     assert [(s["step"], s["cpu_start_ns"], s["cpu_dur_ns"]) for s in report["steps"]] == [
-        (k, *ranges[k]) for k in (1, 2)]
+        (k, *ranges[k]) for k in (1, 2)
+    ]
     assert all(s["gpu_dur_ns"] is None for s in report["steps"])
     # the host's own clock around each step holds the range, plus only the loop's overhead
     for s in report["steps"]:
@@ -135,7 +141,8 @@ def test_legacy_step_lookup_one_would_sync_per_step(legacy_run):
     assert report["run"]["legacy_step_lookup"] is True
     syncs = report["syncs"]
     assert [(s["kind"], s["op"], s["frame"], s["api"]) for s in syncs] == [
-        ("would_sync", "aten::item", lookup_frame(), None)] * 2
+        ("would_sync", "aten::item", lookup_frame(), None)
+    ] * 2
     for sync, step in zip(syncs, report["steps"]):  # one inside each step's range
         assert step["cpu_start_ns"] <= sync["start_ns"] < step["cpu_start_ns"] + step["cpu_dur_ns"]
         assert 0 < sync["wait_ns"] < step["cpu_dur_ns"]
@@ -148,8 +155,12 @@ def test_ctrl_c_leaves_no_partial_file(tmp_path):
     import signal
 
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "wanscope", *TINY, "--out", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wanscope", *TINY, "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for line in proc.stderr:
         if line.startswith("text encoding:"):
             proc.send_signal(signal.SIGINT)
@@ -166,5 +177,6 @@ def test_hopper_on_the_cpu_is_one_line_before_any_run(tmp_path):
     out = tmp_path / "p"
     r = wanscope(*TINY, "--attention", "hopper", "--out", str(out))
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        "wanscope: error: --attention hopper needs a CUDA device, got cpu; use auto (the default) or sdpa"], r.stderr
+        "wanscope: error: --attention hopper needs a CUDA device, got cpu; use auto (the default) or sdpa"
+    ], r.stderr
     assert not out.exists()

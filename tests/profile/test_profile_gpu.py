@@ -14,25 +14,29 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wanscope.profile.result import PROFILER_SYNC_NOTE  # noqa: E402
-from wanscope.wan.sampler import FlowSampler  # noqa: E402
+from wanscope.profile.result import PROFILER_SYNC_NOTE
+from wanscope.wan.sampler import FlowSampler
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 TINY = ["profile", "--preset", "tiny", "--profile-steps", "2"]
 
 
 def run_profile(out, *extra):
-    r = subprocess.run([sys.executable, "-m", "wanscope", *TINY, *extra, "--out", str(out)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "wanscope", *TINY, *extra, "--out", str(out)], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
     return json.loads((out / "report.json").read_text())
 
 
 def split_syncs(report):
     """(syncs inside a step's CPU range, syncs outside every step)."""
+
     def inside(s):
-        return any(st["cpu_start_ns"] <= s["start_ns"] < st["cpu_start_ns"] + st["cpu_dur_ns"]
-                   for st in report["steps"])
+        return any(
+            st["cpu_start_ns"] <= s["start_ns"] < st["cpu_start_ns"] + st["cpu_dur_ns"] for st in report["steps"]
+        )
+
     syncs = report["syncs"]
     return [s for s in syncs if inside(s)], [s for s in syncs if not inside(s)]
 
@@ -64,7 +68,8 @@ def test_gpu_legacy_lookup_syncs_once_per_step(tmp_path):
     _, first = inspect.getsourcelines(FlowSampler._lookup)
     inside, _ = split_syncs(report)
     assert [(s["kind"], s["op"], s["frame"]) for s in inside] == [
-        ("sync", "aten::item", f"wanscope/wan/sampler.py({first}): _lookup")] * 2
+        ("sync", "aten::item", f"wanscope/wan/sampler.py({first}): _lookup")
+    ] * 2
     assert all(s["wait_ns"] > 0 and s["gpu_idle_after_ns"] is not None for s in inside)
 
 
@@ -78,7 +83,11 @@ def test_gpu_profile_through_nsys(tmp_path):
         pytest.skip(str(e))
     report = run_profile(tmp_path, "--nsys")
     check_gpu_report(report, "nsys")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "report.json", "trace.nsys-rep",
-                                                          "trace.sqlite"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "report.html",
+        "report.json",
+        "trace.nsys-rep",
+        "trace.sqlite",
+    ]
     inside, _ = split_syncs(report)
     assert inside == []

@@ -57,7 +57,11 @@ def test_trimmed_step_equals_the_step_in_the_full_run(report):
     assert step == next(s for s in report["steps"] if s["step"] == 2)
     (d,) = trimmed["devices"]
     assert (d["window_ns"], d["busy_ns"], d["kernel_count"], d["kernel_time_ns"]) == (
-        1_348_310_303, 1_340_733_154, 4_048, 1_340_155_198)
+        1_348_310_303,
+        1_340_733_154,
+        4_048,
+        1_340_155_198,
+    )
     assert d["utilization_pct"] == pytest.approx(99.438, abs=1e-3)
     assert trimmed["syncs"] == []
     # Same numbers as restricting the full run's analysis to that step would give.

@@ -18,18 +18,31 @@ from wanscope.profile.ncu import capture_attention, kernel_regex
 DATA = Path(__file__).resolve().parents[1] / "data" / "ncu"
 # kernel names from ncu on the H200 (tests/data/ncu) and DESIGN.md
 CUDNN = "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0"
-FA2 = ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, 0, 0, bfloat16_t, "
-       "Flash_kernel_traits<128, 128, 64, 4, bfloat16_t>>, 0, 0, 0, 0, 0, 1, 0, 0>(Flash_fwd_params)")
+FA2 = (
+    "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, 0, 0, bfloat16_t, "
+    "Flash_kernel_traits<128, 128, 64, 4, bfloat16_t>>, 0, 0, 0, 0, 0, 1, 0, 0>(Flash_fwd_params)"
+)
 EFFICIENT = "fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel<...>::Params)"
 HOPPER = "_attention_hopper_fwd_kernel"  # ours, as the profiled DiT forward shows it (benchmarks/RESULTS.md)
-NOT_ATTENTION = ["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1",
-                 "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>",
-                 "cudnn::engines_precompiled::nchwToNhwcKernel", "triton_poi_fused_add_gelu_3"]
+NOT_ATTENTION = [
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1",
+    "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>",
+    "cudnn::engines_precompiled::nchwToNhwcKernel",
+    "triton_poi_fused_add_gelu_3",
+]
 
 
-@pytest.mark.parametrize("backend, matches", [
-    ("flash", [FA2]), ("cudnn", [CUDNN]), ("efficient", [EFFICIENT]), ("sdpa", [FA2, CUDNN, EFFICIENT]),
-    ("hopper", [HOPPER]), ("auto", [FA2, CUDNN, EFFICIENT, HOPPER])])
+@pytest.mark.parametrize(
+    "backend, matches",
+    [
+        ("flash", [FA2]),
+        ("cudnn", [CUDNN]),
+        ("efficient", [EFFICIENT]),
+        ("sdpa", [FA2, CUDNN, EFFICIENT]),
+        ("hopper", [HOPPER]),
+        ("auto", [FA2, CUDNN, EFFICIENT, HOPPER]),
+    ],
+)
 def test_kernel_regex_matches_its_backend_only(backend, matches):
     rx = re.compile(kernel_regex(backend))
     for name in [FA2, CUDNN, EFFICIENT, HOPPER, *NOT_ATTENTION]:
@@ -65,7 +78,7 @@ def test_capture_attention_runs_ncu_on_one_launch_and_diagnoses_it(tmp_path, mon
     assert args[args.index("--kernel-name") + 1] == "regex:flash_fwd"
     assert args[args.index("--launch-skip") + 1] == "0" and args[args.index("--launch-count") + 1] == "1"
     assert args[args.index("--clock-control") + 1] == "none"
-    assert args[-len(child):] == child
+    assert args[-len(child) :] == child
     assert (files.report, files.raw_csv) == (tmp_path / "attention.ncu-rep", tmp_path / "attention.raw.csv")
     (d,) = [d.to_json() for d in diagnoses]
     assert (d["verdict"], d["registers_per_thread"], d["block_size"]) == ("latency-bound", 255, 128)

@@ -44,9 +44,27 @@ def fake_nsys(tmp_path, monkeypatch):
 
 def test_nsys_command_is_the_capture_range_one():
     cmd = nsys.nsys_command("/x/nsys", "/out/.nsys-capture", ["python3", "-m", "wanscope", "profile"])
-    assert cmd == ["/x/nsys", "profile", "-t", "cuda,nvtx,osrt", "-s", "none", "--cpuctxsw=none",
-                   "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "--export", "sqlite",
-                   "--force-overwrite", "true", "-o", "/out/.nsys-capture", "python3", "-m", "wanscope", "profile"]
+    assert cmd == [
+        "/x/nsys",
+        "profile",
+        "-t",
+        "cuda,nvtx,osrt",
+        "-s",
+        "none",
+        "--cpuctxsw=none",
+        "--capture-range=cudaProfilerApi",
+        "--capture-range-end=stop",
+        "--export",
+        "sqlite",
+        "--force-overwrite",
+        "true",
+        "-o",
+        "/out/.nsys-capture",
+        "python3",
+        "-m",
+        "wanscope",
+        "profile",
+    ]
 
 
 def test_find_nsys_on_path_env_and_nvidia_folders(fake_nsys, tmp_path, monkeypatch):
@@ -62,8 +80,9 @@ def test_find_nsys_on_path_env_and_nvidia_folders(fake_nsys, tmp_path, monkeypat
 
 def test_the_nsys_inside_nsight_compute_is_searched():
     """The H200 image has nsys only there (DESIGN.md, "Capturing on the H200")."""
-    assert any(fnmatch.fnmatch("/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys", g)
-               for g in nsys.NSYS_GLOBS)
+    assert any(
+        fnmatch.fnmatch("/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys", g) for g in nsys.NSYS_GLOBS
+    )
 
 
 def test_missing_nsys_says_how_to_get_it(tmp_path, monkeypatch):
@@ -89,11 +108,17 @@ def test_capture_renames_the_export(fake_nsys, tmp_path):
     assert args[-6:] == ["python3", "-m", "wanscope", "profile", "--child", "nsys"]
 
 
-@pytest.mark.parametrize("mode, message", [
-    ("fail", "nsys exited with status 3: see its messages above"),
-    ("no-sqlite", "nsys wrote no .nsys-capture.sqlite in {out}: see its messages above "
-                  "(its importer needs libdw.so.1, Debian package libdw1, on LD_LIBRARY_PATH)"),
-])
+@pytest.mark.parametrize(
+    "mode, message",
+    [
+        ("fail", "nsys exited with status 3: see its messages above"),
+        (
+            "no-sqlite",
+            "nsys wrote no .nsys-capture.sqlite in {out}: see its messages above "
+            "(its importer needs libdw.so.1, Debian package libdw1, on LD_LIBRARY_PATH)",
+        ),
+    ],
+)
 def test_failed_capture_is_one_line_and_leaves_nothing(fake_nsys, tmp_path, monkeypatch, mode, message):
     monkeypatch.setenv("FAKE_NSYS_MODE", mode)
     out = tmp_path / "out"

@@ -9,18 +9,32 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wanscope.cli import main  # noqa: E402
-from wanscope.profile.cli import profile  # noqa: E402
-from wanscope.profile.options import resolve  # noqa: E402
-from wanscope.wan.precision import FastConfig  # noqa: E402
+from wanscope.cli import main
+from wanscope.profile.cli import profile
+from wanscope.profile.options import resolve
+from wanscope.wan.precision import FastConfig
 
 
 def test_defaults_by_machine():
     gpu, cpu = resolve(cuda=True), resolve(cuda=False)
     assert (gpu.preset, gpu.width, gpu.height, gpu.frames, gpu.steps, gpu.device, gpu.dtype) == (
-        "wan2.1-t2v-1.3b", 832, 480, 81, 50, "cuda", "bf16")
+        "wan2.1-t2v-1.3b",
+        832,
+        480,
+        81,
+        50,
+        "cuda",
+        "bf16",
+    )
     assert (cpu.preset, cpu.width, cpu.height, cpu.frames, cpu.steps, cpu.device, cpu.dtype) == (
-        "tiny", 64, 64, 5, 4, "cpu", "fp32")
+        "tiny",
+        64,
+        64,
+        5,
+        4,
+        "cpu",
+        "fp32",
+    )
     for o in (gpu, cpu):
         assert (o.warmup, o.profile_steps, o.profiled_steps, o.random_weights) == (1, 3, [1, 2, 3], True)
         assert (o.attention, o.compile, o.legacy_step_lookup, o.cfg_auto) == ("auto", False, False, True)
@@ -45,13 +59,37 @@ def test_cfg_auto_by_size_and_explicit_overrides(size, frames, auto):
 
 @pytest.mark.parametrize("cuda, cfg", [(True, "batched"), (False, "sequential"), (True, None)])
 def test_child_arguments_reproduce_the_options(cuda, cfg):
-    opts = resolve(cuda, preset="wan2.1-t2v-14b", checkpoint=Path("/ckpt"), size="1280x720", frames=21,
-                   steps=30, warmup=2, profile_steps=4, compile=True, attention="flash", cfg=cfg,
-                   legacy_step_lookup=True)
+    opts = resolve(
+        cuda,
+        preset="wan2.1-t2v-14b",
+        checkpoint=Path("/ckpt"),
+        size="1280x720",
+        frames=21,
+        steps=30,
+        warmup=2,
+        profile_steps=4,
+        compile=True,
+        attention="flash",
+        cfg=cfg,
+        legacy_step_lookup=True,
+    )
     ctx = profile.make_context("profile", opts.cli_args())
     p = ctx.params
-    again = resolve(cuda, p["preset"], p["checkpoint"], p["random_weights"], p["size"], p["frames"], p["steps"],
-                    p["warmup"], p["profile_steps"], p["compile_"], p["attention"], p["cfg"], p["legacy_step_lookup"])
+    again = resolve(
+        cuda,
+        p["preset"],
+        p["checkpoint"],
+        p["random_weights"],
+        p["size"],
+        p["frames"],
+        p["steps"],
+        p["warmup"],
+        p["profile_steps"],
+        p["compile_"],
+        p["attention"],
+        p["cfg"],
+        p["legacy_step_lookup"],
+    )
     assert again == opts
     assert (opts.height, opts.width, opts.profiled_steps) == (720, 1280, [2, 3, 4, 5])
 
@@ -71,14 +109,20 @@ BAD = [
     (["--size", "64x60"], "size 64x60: width must be a positive multiple of 16 and height of 16"),
     (["--frames", "6"], "frames must be 4k+1 (1, 5, ..., 81), got 6"),
     (["--checkpoint", "no-such-folder"], "no-such-folder: not a directory"),
-    (["--compare-compile", "--compile"],
-     "--compare-compile runs eager and compiled under torch.profiler: not with --compile, --nsys or --ncu"),
-    (["--compare-compile", "--warmup", "0"],
-     "--compare-compile needs --warmup >= 1: compilation would land in the profiled steps"),
+    (
+        ["--compare-compile", "--compile"],
+        "--compare-compile runs eager and compiled under torch.profiler: not with --compile, --nsys or --ncu",
+    ),
+    (
+        ["--compare-compile", "--warmup", "0"],
+        "--compare-compile needs --warmup >= 1: compilation would land in the profiled steps",
+    ),
     (["--fast", "linears=o"], "--fast SPEC configures the fast mode: add --mode fast"),
     (["--mode", "fast", "--kernels", "torch"], "--mode fast runs the fused Triton kernels; drop --kernels torch"),
-    (["--mode", "fast", "--fast", "pv_fp8=yes"],
-     "fast-mode spec: pv_fp8=true (e4m3 P V, in attention_int8 only) needs int8_attention=true"),
+    (
+        ["--mode", "fast", "--fast", "pv_fp8=yes"],
+        "fast-mode spec: pv_fp8=true (e4m3 P V, in attention_int8 only) needs int8_attention=true",
+    ),
     (["--mode", "fast", "--fast", "exact_blocks=7"], "fast-mode spec: exact_blocks 7 out of range for 2 blocks"),
 ]
 if not torch.cuda.is_available():

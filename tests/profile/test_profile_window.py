@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wanscope.profile.window import KinetoWindow  # noqa: E402
+from wanscope.profile.window import KinetoWindow
 
 
 def fake_steps(window, count, fail_at=None):

@@ -13,13 +13,29 @@ from wanscope.trace import open_traces
 
 
 def kernel(ts, dur, corr, name="k", **extra):
-    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
-            "args": {"device": 0, "stream": 7, "correlation": corr, **extra}}
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": 0,
+        "tid": 7,
+        "ts": ts,
+        "dur": dur,
+        "args": {"device": 0, "stream": 7, "correlation": corr, **extra},
+    }
 
 
 def launch(ts, corr):
-    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts,
-            "dur": 1, "args": {"correlation": corr}}
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaLaunchKernel",
+        "pid": 1,
+        "tid": 1,
+        "ts": ts,
+        "dur": 1,
+        "args": {"correlation": corr},
+    }
 
 
 def write_native(path, events):
@@ -37,26 +53,36 @@ def run_cli(*args):
 
 def test_per_record_problems_are_counted_and_excluded(tmp_path):
     events = [
-        launch(5, 1), kernel(10, 5, 1),                    # valid: 10..15
-        launch(15, 2), kernel(20, 10, 2),                  # 20..30, its name made undecodable below
-        kernel(0, 4, 3),                                   # ts = 0: no timing
-        kernel(40, 0, 4),                                  # zero duration
-        kernel(50, -3, 5),                                 # ends before it starts
+        launch(5, 1),
+        kernel(10, 5, 1),  # valid: 10..15
+        launch(15, 2),
+        kernel(20, 10, 2),  # 20..30, its name made undecodable below
+        kernel(0, 4, 3),  # ts = 0: no timing
+        kernel(40, 0, 4),  # zero duration
+        kernel(50, -3, 5),  # ends before it starts
         {"ph": "f", "id": 77, "pid": 0, "tid": 7, "ts": 10, "cat": "ac2g", "name": "ac2g", "bp": "e"},
         {"ph": "X", "cat": "mystery_category", "name": "x", "pid": 1, "tid": 1, "ts": 12, "dur": 1},
-        kernel(60, 1, 18446744073709551617123),            # correlation beyond 64 bits
+        kernel(60, 1, 18446744073709551617123),  # correlation beyond 64 bits
     ]
     path = tmp_path / "t.json"
     write_native(path, events)
-    raw = path.read_bytes().replace(b'"name": "k", "pid": 0, "tid": 7, "ts": 20',
-                                    b'"name": "k\xff\xfe", "pid": 0, "tid": 7, "ts": 20')
-    raw = raw.replace(b'"name": "k",\n    "pid": 0,\n    "tid": 7,\n    "ts": 20',
-                      b'"name": "k\xff\xfe",\n    "pid": 0,\n    "tid": 7,\n    "ts": 20')
+    raw = path.read_bytes().replace(
+        b'"name": "k", "pid": 0, "tid": 7, "ts": 20', b'"name": "k\xff\xfe", "pid": 0, "tid": 7, "ts": 20'
+    )
+    raw = raw.replace(
+        b'"name": "k",\n    "pid": 0,\n    "tid": 7,\n    "ts": 20',
+        b'"name": "k\xff\xfe",\n    "pid": 0,\n    "tid": 7,\n    "ts": 20',
+    )
     path.write_bytes(raw)
     result = analyze(open_traces([path]))
     assert result["warnings"] == {
-        "no_timing": 1, "zero_duration": 1, "end_before_start": 1, "unpaired_flow": 1,
-        "unknown_category": 1, "integer_overflow": 1, "undecodable_bytes": 1,
+        "no_timing": 1,
+        "zero_duration": 1,
+        "end_before_start": 1,
+        "unpaired_flow": 1,
+        "unknown_category": 1,
+        "integer_overflow": 1,
+        "undecodable_bytes": 1,
     }
     (d,) = result["devices"]
     # Every counted record is excluded from window and busy (issue 2), the kernel with
@@ -81,13 +107,16 @@ def test_native_and_minified_layouts_agree(tmp_path):
     assert a == b == c
 
 
-@pytest.mark.parametrize("content, problem", [
-    (b"", "empty file"),
-    (b"hello world", "not a trace"),
-    (b'{"schemaVersion": 1, "other": []}', "no traceEvents"),
-    (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1,', "truncated"),
-    (b'{"traceEvents": [{"ph": "X" "cat"}]}', "malformed JSON"),
-])
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (b"", "empty file"),
+        (b"hello world", "not a trace"),
+        (b'{"schemaVersion": 1, "other": []}', "no traceEvents"),
+        (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1,', "truncated"),
+        (b'{"traceEvents": [{"ph": "X" "cat"}]}', "malformed JSON"),
+    ],
+)
 def test_fatal_problems_are_one_line(tmp_path, content, problem):
     path = tmp_path / "bad.json"
     path.write_bytes(content)

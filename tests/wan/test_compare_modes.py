@@ -16,13 +16,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")  # both modes run the fused kernels' torch references on the CPU
 
-from test_quality import _ssim_direct  # noqa: E402
-from wan_helpers import write_diffusers_checkpoint  # noqa: E402
+from test_quality import _ssim_direct
+from wan_helpers import write_diffusers_checkpoint
 
-from wanscope.wan.compare import compare_modes  # noqa: E402
-from wanscope.wan.config import get_preset  # noqa: E402
-from wanscope.wan.pipeline import Components, Request  # noqa: E402
-from wanscope.wan.precision import FastConfig  # noqa: E402
+from wanscope.wan.compare import compare_modes
+from wanscope.wan.config import get_preset
+from wanscope.wan.pipeline import Components, Request
+from wanscope.wan.precision import FastConfig
 
 SIZE = ["--preset", "tiny", "--size", "32x32", "--frames", "5", "--steps", "2", "--device", "cpu"]
 
@@ -31,8 +31,9 @@ def wanscope(*args, cwd):
     # the kernel tests' interpreter setting must not leak into the command: the CPU runs the
     # torch references here, as a user's CPU would
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    return subprocess.run([sys.executable, "-m", "wanscope", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "wanscope", *args], capture_output=True, text=True, cwd=cwd, env=env, check=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +44,19 @@ def checkpoint(diffusers_dit, tmp_path_factory):
 def test_json_matches_an_independent_scoring(checkpoint, tmp_path, monkeypatch):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("# my prompts\n\nthe snow\n")
-    r = wanscope("compare-modes", "--checkpoint", str(checkpoint), *SIZE, "--prompt", "a red fox in the snow",
-                 "--prompts-file", str(prompts), "--format", "json", cwd=tmp_path)
+    r = wanscope(
+        "compare-modes",
+        "--checkpoint",
+        str(checkpoint),
+        *SIZE,
+        "--prompt",
+        "a red fox in the snow",
+        "--prompts-file",
+        str(prompts),
+        "--format",
+        "json",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert [p["prompt"] for p in doc["prompts"]] == ["a red fox in the snow", "the snow"]
@@ -56,11 +68,14 @@ def test_json_matches_an_independent_scoring(checkpoint, tmp_path, monkeypatch):
     from wanscope.kernels import _dispatch
 
     monkeypatch.setattr(_dispatch, "INTERPRET", False)
-    parts = Components(config=get_preset("tiny"), device=torch.device("cpu"), dtype=torch.float32,
-                       checkpoint=checkpoint)
+    parts = Components(
+        config=get_preset("tiny"), device=torch.device("cpu"), dtype=torch.float32, checkpoint=checkpoint
+    )
     s = parts.config.sampling
-    reqs = [Request(p, s.negative_prompt, 32, 32, 5, 2, s.guidance, s.shift, 0) for p in
-            ("a red fox in the snow", "the snow")]
+    reqs = [
+        Request(p, s.negative_prompt, 32, 32, 5, 2, s.guidance, s.shift, 0)
+        for p in ("a red fox in the snow", "the snow")
+    ]
     result = compare_modes(parts, reqs, FastConfig(), keep_frames=True)
     mses = []
     for got, score in zip(doc["prompts"], result.scores):
@@ -80,24 +95,36 @@ def test_json_matches_an_independent_scoring(checkpoint, tmp_path, monkeypatch):
 
 def test_identical_modes_give_infinite_psnr_and_ssim_1(checkpoint, tmp_path):
     """A fast mode with nothing in low precision is the exact path op for op on the CPU."""
-    r = wanscope("compare-modes", "--checkpoint", str(checkpoint), *SIZE, "--prompt", "a red fox",
-                 "--fast", "linears=none int8_attention=no", cwd=tmp_path)
+    r = wanscope(
+        "compare-modes",
+        "--checkpoint",
+        str(checkpoint),
+        *SIZE,
+        "--prompt",
+        "a red fox",
+        "--fast",
+        "linears=none int8_attention=no",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert "fast: linears=none int8_attention=false" in lines[1]
     assert lines[3].split()[-2:] == ["inf", "1.0000"] and lines[4].split()[-2:] == ["inf", "1.0000"]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--checkpoint", "{tmp}/nowhere"], "{tmp}/nowhere: not a directory"),
-    (["--prompts-file", "{tmp}/missing.txt"], "{tmp}/missing.txt: no such file"),
-    (["--prompts-file", "{tmp}/comments.txt"], "{tmp}/comments.txt: no prompts (one per line"),
-    (["--prompts-file", "{tmp}/latin1.txt"], "{tmp}/latin1.txt: not UTF-8 text"),
-    (["--prompts-file", "{tmp}"], "{tmp}: not a regular file"),
-    (["--fast", "linears=ffn,up"], "unknown fast-mode linears ['up']"),
-    (["--prompt", "  "], "the prompt is empty"),
-    (["--size", "30x32"], "size 30x32: width must be a positive multiple of 16"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--checkpoint", "{tmp}/nowhere"], "{tmp}/nowhere: not a directory"),
+        (["--prompts-file", "{tmp}/missing.txt"], "{tmp}/missing.txt: no such file"),
+        (["--prompts-file", "{tmp}/comments.txt"], "{tmp}/comments.txt: no prompts (one per line"),
+        (["--prompts-file", "{tmp}/latin1.txt"], "{tmp}/latin1.txt: not UTF-8 text"),
+        (["--prompts-file", "{tmp}"], "{tmp}: not a regular file"),
+        (["--fast", "linears=ffn,up"], "unknown fast-mode linears ['up']"),
+        (["--prompt", "  "], "the prompt is empty"),
+        (["--size", "30x32"], "size 30x32: width must be a positive multiple of 16"),
+    ],
+)
 def test_bad_input_is_one_line(checkpoint, tmp_path, args, message, capsys, monkeypatch):
     """Through the CLI's entry point in this process (every check comes before a model loads)."""
     from wanscope.cli import main

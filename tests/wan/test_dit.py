@@ -7,10 +7,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wan_helpers import TEXT_LEN, TINY_DIFFUSERS_CONFIG, rel_max_err  # noqa: E402
+from wan_helpers import TEXT_LEN, TINY_DIFFUSERS_CONFIG, rel_max_err
 
-from wanscope.wan.attention import AttentionBackend  # noqa: E402
-from wanscope.wan.weights import load_dit, official_key  # noqa: E402
+from wanscope.wan.attention import AttentionBackend
+from wanscope.wan.weights import load_dit, official_key
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +42,22 @@ def test_official_layout_sharded_gives_same_output(official_dit_dir, diffusers_d
 @pytest.mark.filterwarnings("ignore:CUDA is not available")
 def test_matches_official_wanmodel(official, diffusers_dit, official_dit_dir, dit_inputs):
     c = TINY_DIFFUSERS_CONFIG
-    ref = official("model").WanModel(
-        model_type="t2v", dim=64, ffn_dim=c["ffn_dim"], freq_dim=c["freq_dim"], text_dim=c["text_dim"],
-        num_heads=2, num_layers=2, text_len=TEXT_LEN, in_dim=16, out_dim=16,
-    ).eval()
+    ref = (
+        official("model")
+        .WanModel(
+            model_type="t2v",
+            dim=64,
+            ffn_dim=c["ffn_dim"],
+            freq_dim=c["freq_dim"],
+            text_dim=c["text_dim"],
+            num_heads=2,
+            num_layers=2,
+            text_len=TEXT_LEN,
+            in_dim=16,
+            out_dim=16,
+        )
+        .eval()
+    )
     state = {official_key(k): v for k, v in diffusers_dit.state_dict().items()}
     ref.load_state_dict(state, strict=True)
     latents, timestep, context = dit_inputs
@@ -84,9 +96,15 @@ def test_bf16_keeps_fp32_islands(diffusers_dit_dir, dit_inputs):
     dtypes = {n: p.dtype for n, p in model.named_parameters()}
     assert dtypes["blocks.0.self_attn.q.weight"] == torch.bfloat16
     assert dtypes["blocks.0.ffn.0.weight"] == torch.bfloat16
-    for name in ("blocks.0.modulation", "head.modulation", "time_embedding.0.weight",
-                 "time_projection.1.weight", "blocks.0.norm3.weight", "blocks.0.self_attn.norm_q.weight",
-                 "head.head.weight"):
+    for name in (
+        "blocks.0.modulation",
+        "head.modulation",
+        "time_embedding.0.weight",
+        "time_projection.1.weight",
+        "blocks.0.norm3.weight",
+        "blocks.0.self_attn.norm_q.weight",
+        "head.head.weight",
+    ):
         assert dtypes[name] == torch.float32, name
     ref = load_dit(diffusers_dit_dir, dtype=torch.float32)
     with torch.no_grad():
@@ -101,8 +119,8 @@ def test_resolve_kernels(monkeypatch):
     torch ops elsewhere; named kernels as they are; other names a one-line UsageError."""
     import importlib.util
 
-    from wanscope.wan.config import KERNEL_CHOICES
     from wanscope.errors import UsageError
+    from wanscope.wan.config import KERNEL_CHOICES
     from wanscope.wan.dit import Kernels, resolve_kernels
 
     assert sorted(KERNEL_CHOICES) == sorted(["auto", *(k.value for k in Kernels)])

@@ -15,7 +15,7 @@ from PIL import Image
 pytest.importorskip("torch")
 imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
 
-from wan_helpers import write_diffusers_checkpoint, write_official_dit  # noqa: E402
+from wan_helpers import write_diffusers_checkpoint, write_official_dit
 
 TINY = ["generate", "--preset", "tiny", "--prompt", "a red fox in the snow"]
 
@@ -55,17 +55,24 @@ def test_generate_random_weights_writes_decodable_mp4(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--random-weights", "--size", "64x60"], "size 64x60: width must be a positive multiple of 16 and height of 16"),
+        (
+            ["--random-weights", "--size", "64x60"],
+            "size 64x60: width must be a positive multiple of 16 and height of 16",
+        ),
         (["--random-weights", "--size", "big"], "--size 'big': expected WIDTHxHEIGHT"),
         (["--random-weights", "--frames", "6"], "frames must be 4k+1"),
         ([], "give exactly one of --checkpoint DIR or --random-weights"),
         (["--random-weights", "--fast", "linears=o"], "--fast SPEC configures the fast mode: add --mode fast"),
         (["--random-weights", "--mode", "fast", "--fast", "linears=up"], "unknown fast-mode linears ['up']"),
         (["--random-weights", "--mode", "fast", "--kernels", "torch"], "--mode fast runs the fused Triton kernels"),
-        (["--random-weights", "--mode", "fast", "--parallel", "ulysses"],
-         "--mode fast does not run under --parallel ulysses (Ulysses) yet; use --parallel cfg"),
-        (["--random-weights", "--mode", "fast", "--fast", "exact_blocks=99"],
-         "fast-mode spec: exact_blocks 99 out of range for 2 blocks"),
+        (
+            ["--random-weights", "--mode", "fast", "--parallel", "ulysses"],
+            "--mode fast does not run under --parallel ulysses (Ulysses) yet; use --parallel cfg",
+        ),
+        (
+            ["--random-weights", "--mode", "fast", "--fast", "exact_blocks=99"],
+            "fast-mode spec: exact_blocks 99 out of range for 2 blocks",
+        ),
     ],
 )
 def test_bad_arguments_are_one_line_errors(tmp_path, args, message):
@@ -80,12 +87,28 @@ def test_generate_fast_mode(tmp_path):
     """--mode fast end to end (on a CPU the fused ops and FP8 GEMMs run their torch references;
     INT8 attention only where our Hopper kernel runs): the sidecar names the mode and its config."""
     out = tmp_path / "x.mp4"
-    r = wanscope(*TINY, "--random-weights", "--size", "64x64", "--frames", "5", "--steps", "2", "--mode", "fast",
-                 "--fast", "exact_blocks=-1", "--out", str(out))
+    r = wanscope(
+        *TINY,
+        "--random-weights",
+        "--size",
+        "64x64",
+        "--frames",
+        "5",
+        "--steps",
+        "2",
+        "--mode",
+        "fast",
+        "--fast",
+        "exact_blocks=-1",
+        "--out",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     info = json.loads(out.with_suffix(".json").read_text())
     assert info["mode"] == "fast" and info["kernels_ran"] == "triton"
-    assert info["fast"] == "linears=qkv,ffn_up,ffn_down int8_attention=auto pv_fp8=false exact_blocks=-1 fast_accum=true"
+    assert (
+        info["fast"] == "linears=qkv,ffn_up,ffn_down int8_attention=auto pv_fp8=false exact_blocks=-1 fast_accum=true"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "x.mp4", "x.png"]
 
 
@@ -139,8 +162,12 @@ def test_output_paths_are_checked_before_any_work(tmp_path, out, message):
     (work / "x_frames_frames" / "notes.txt").write_text("mine")
     os.mkfifo(work / "fifo.mp4")
     before = _tree(tmp_path)
-    r = subprocess.run([sys.executable, "-m", "wanscope", *TINY, "--random-weights", "--out", out],
-                       capture_output=True, text=True, cwd=work)
+    r = subprocess.run(
+        [sys.executable, "-m", "wanscope", *TINY, "--random-weights", "--out", out],
+        capture_output=True,
+        text=True,
+        cwd=work,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert _tree(tmp_path) == before
@@ -154,7 +181,9 @@ def test_save_latents_is_never_a_fifo(tmp_path):
 
 
 def test_save_latents_cannot_be_an_output(tmp_path):
-    r = wanscope(*TINY, "--random-weights", "--out", str(tmp_path / "x.mp4"), "--save-latents", str(tmp_path / "x.json"))
+    r = wanscope(
+        *TINY, "--random-weights", "--out", str(tmp_path / "x.mp4"), "--save-latents", str(tmp_path / "x.json")
+    )
     assert r.returncode == 2 and "is one of the video's outputs" in r.stderr, r.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -195,7 +224,9 @@ def test_checkpoint_with_wrong_shapes(tmp_path, diffusers_dit_dir):
     from wanscope.errors import InputError
     from wanscope.wan.weights import load_dit
 
-    with pytest.raises(InputError, match=r"blocks\.1\.ffn\.0\.weight has shape \(100, 64\), the config needs \(128, 64\)"):
+    with pytest.raises(
+        InputError, match=r"blocks\.1\.ffn\.0\.weight has shape \(100, 64\), the config needs \(128, 64\)"
+    ):
         load_dit(ckpt, dtype=torch.float32)
     tensors.pop("blocks.1.ffn.0.weight")
     tensors["blocks.1.extra"] = torch.zeros(1)
@@ -209,8 +240,21 @@ def test_generate_from_diffusers_layout_checkpoint(tmp_path, diffusers_dit):
     VAE) is detected and runs end to end; its outputs do not claim random weights."""
     root = write_diffusers_checkpoint(tmp_path / "ckpt", diffusers_dit)
     out = tmp_path / "real.mp4"
-    r = wanscope(*TINY, "--checkpoint", str(root), "--size", "32x32", "--frames", "5", "--steps", "2",
-                 "--cfg", "sequential", "--out", str(out))
+    r = wanscope(
+        *TINY,
+        "--checkpoint",
+        str(root),
+        "--size",
+        "32x32",
+        "--frames",
+        "5",
+        "--steps",
+        "2",
+        "--cfg",
+        "sequential",
+        "--out",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     assert "RANDOM" not in r.stderr
     info = json.loads(out.with_suffix(".json").read_text())

@@ -9,11 +9,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wanscope.errors import UsageError  # noqa: E402
-from wanscope.wan import ranges  # noqa: E402
-from wanscope.wan.config import CFG_BATCHED_MAX_TOKENS, PRESETS, dit_tokens, resolve_cfg  # noqa: E402
-from wanscope.wan.pipeline import Components, Request, denoise, initial_noise, latent_shape  # noqa: E402
-from wanscope.wan.sampler import FlowSampler, flow_schedule  # noqa: E402
+from wanscope.errors import UsageError
+from wanscope.wan import ranges
+from wanscope.wan.config import CFG_BATCHED_MAX_TOKENS, PRESETS, dit_tokens, resolve_cfg
+from wanscope.wan.pipeline import Components, Request, denoise, initial_noise, latent_shape
+from wanscope.wan.sampler import FlowSampler, flow_schedule
 
 SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")
 STEPS = 3
@@ -91,8 +91,10 @@ def test_auto_cfg_picks_the_faster_mode_at_the_measured_sizes(size, tokens, mode
     assert req.with_cfg_resolved(config).cfg == mode
     # explicit modes are kept; CFG parallel runs one B=1 branch per rank
     for explicit in ("sequential", "batched"):
-        assert Request("a fox", "", height, width, frames, 50, 5.0, 5.0, 0, cfg=explicit
-                       ).with_cfg_resolved(config).cfg == explicit
+        assert (
+            Request("a fox", "", height, width, frames, 50, 5.0, 5.0, 0, cfg=explicit).with_cfg_resolved(config).cfg
+            == explicit
+        )
     assert req.with_cfg_resolved(config, cfg_parallel=True).cfg == "sequential"
 
 

@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wanscope.errors import UsageError  # noqa: E402
-from wanscope.wan import quality  # noqa: E402
+from wanscope.errors import UsageError
+from wanscope.wan import quality
 
 
 def _video(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

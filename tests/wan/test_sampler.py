@@ -7,10 +7,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wan_helpers import rel_max_err  # noqa: E402
+from wan_helpers import rel_max_err
 
-from wanscope.errors import UsageError  # noqa: E402
-from wanscope.wan.sampler import FlowSampler, flow_schedule  # noqa: E402
+from wanscope.errors import UsageError
+from wanscope.wan.sampler import FlowSampler, flow_schedule
 
 STEPS, SHIFT = 10, 5.0
 
@@ -104,8 +104,9 @@ def test_official_schedule_values():
     assert list(s.sigmas) == sorted(s.sigmas, reverse=True)
 
 
-@pytest.mark.parametrize("kwargs", [dict(steps=0, shift=5.0), dict(steps=4, shift=0.0),
-                                    dict(steps=4, shift=5.0, schedule="karras")])
+@pytest.mark.parametrize(
+    "kwargs", [dict(steps=0, shift=5.0), dict(steps=4, shift=0.0), dict(steps=4, shift=5.0, schedule="karras")]
+)
 def test_bad_schedule_arguments(kwargs):
     with pytest.raises(UsageError):
         flow_schedule(**kwargs)

@@ -7,12 +7,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wan_helpers import rel_max_err  # noqa: E402
+from wan_helpers import rel_max_err
 
-from wanscope.errors import InputError  # noqa: E402
-from wanscope.wan.config import PRESETS, VAEConfig  # noqa: E402
-from wanscope.wan.text_encoder import ByteTokenizer, TextEncoder, load_umt5  # noqa: E402
-from wanscope.wan.vae import decode, load_vae  # noqa: E402
+from wanscope.errors import InputError
+from wanscope.wan.config import PRESETS, VAEConfig
+from wanscope.wan.text_encoder import ByteTokenizer, TextEncoder, load_umt5
+from wanscope.wan.vae import decode, load_vae
 
 TE = PRESETS["tiny"].text_encoder
 
@@ -20,11 +20,21 @@ TE = PRESETS["tiny"].text_encoder
 @pytest.fixture(scope="module")
 def official_t5(official, tmp_path_factory):
     torch.manual_seed(0)
-    t5 = official("t5").T5Encoder(
-        vocab=TE.vocab_size, dim=TE.dim, dim_attn=TE.num_heads * TE.head_dim, dim_ffn=TE.ffn_dim,
-        num_heads=TE.num_heads, num_layers=TE.num_layers, num_buckets=TE.num_buckets,
-        shared_pos=False, dropout=0.0,
-    ).eval()
+    t5 = (
+        official("t5")
+        .T5Encoder(
+            vocab=TE.vocab_size,
+            dim=TE.dim,
+            dim_attn=TE.num_heads * TE.head_dim,
+            dim_ffn=TE.ffn_dim,
+            num_heads=TE.num_heads,
+            num_layers=TE.num_layers,
+            num_buckets=TE.num_buckets,
+            shared_pos=False,
+            dropout=0.0,
+        )
+        .eval()
+    )
     path = tmp_path_factory.mktemp("t5") / "models_t5_umt5-xxl-enc-bf16.pth"
     torch.save(t5.state_dict(), path)
     return t5, path
@@ -69,10 +79,19 @@ def test_t5_wrong_shapes_is_an_input_error(official_t5, tmp_path):
 def test_official_vae_layout_matches_official_decoder(official, tmp_path):
     cfg = VAEConfig(base_dim=8)
     torch.manual_seed(0)
-    ref = official("vae2_1").WanVAE_(
-        dim=cfg.base_dim, z_dim=cfg.z_dim, dim_mult=list(cfg.dim_mult), num_res_blocks=cfg.num_res_blocks,
-        attn_scales=[], temperal_downsample=list(cfg.temporal_downsample), dropout=0.0,
-    ).eval()
+    ref = (
+        official("vae2_1")
+        .WanVAE_(
+            dim=cfg.base_dim,
+            z_dim=cfg.z_dim,
+            dim_mult=list(cfg.dim_mult),
+            num_res_blocks=cfg.num_res_blocks,
+            attn_scales=[],
+            temperal_downsample=list(cfg.temporal_downsample),
+            dropout=0.0,
+        )
+        .eval()
+    )
     with torch.no_grad():  # non-trivial RMS-norm gains
         for name, p in ref.named_parameters():
             if name.endswith("gamma"):

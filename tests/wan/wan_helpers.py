@@ -39,9 +39,21 @@ def rel_max_err(ours, theirs) -> float:
     return ((ours - theirs).abs().max() / theirs.abs().max()).item()
 
 
-def _sdpa_flash_attention(q, k, v, q_lens=None, k_lens=None, dropout_p=0.0, softmax_scale=None,
-                          q_scale=None, causal=False, window_size=(-1, -1), deterministic=False,
-                          dtype=None, version=None):
+def _sdpa_flash_attention(
+    q,
+    k,
+    v,
+    q_lens=None,
+    k_lens=None,
+    dropout_p=0.0,
+    softmax_scale=None,
+    q_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    deterministic=False,
+    dtype=None,
+    version=None,
+):
     # [B, L, N, D] in and out, like the official flash_attention; lens are full in these tests.
     out = torch.nn.functional.scaled_dot_product_attention(
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal
@@ -118,13 +130,24 @@ def write_official_dit(folder: Path, diffusers_dir: Path, shards: int = 1) -> Pa
 
     folder.mkdir(parents=True, exist_ok=True)
     c = TINY_DIFFUSERS_CONFIG
-    (folder / "config.json").write_text(json.dumps({
-        "_class_name": "WanModel", "model_type": "t2v",
-        "dim": c["num_attention_heads"] * c["attention_head_dim"], "ffn_dim": c["ffn_dim"],
-        "freq_dim": c["freq_dim"], "in_dim": c["in_channels"], "out_dim": c["out_channels"],
-        "num_heads": c["num_attention_heads"], "num_layers": c["num_layers"],
-        "text_len": TEXT_LEN, "text_dim": c["text_dim"], "eps": c["eps"],
-    }))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "_class_name": "WanModel",
+                "model_type": "t2v",
+                "dim": c["num_attention_heads"] * c["attention_head_dim"],
+                "ffn_dim": c["ffn_dim"],
+                "freq_dim": c["freq_dim"],
+                "in_dim": c["in_channels"],
+                "out_dim": c["out_channels"],
+                "num_heads": c["num_attention_heads"],
+                "num_layers": c["num_layers"],
+                "text_len": TEXT_LEN,
+                "text_dim": c["text_dim"],
+                "eps": c["eps"],
+            }
+        )
+    )
     tensors = {official_key(k): v for k, v in load_file(diffusers_dir / "diffusion_pytorch_model.safetensors").items()}
     if shards == 1:
         save_file(tensors, folder / "diffusion_pytorch_model.safetensors")
@@ -160,8 +183,9 @@ def write_diffusers_checkpoint(root: Path, dit) -> Path:
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>") \
-        .save_pretrained(root / "tokenizer")
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    ).save_pretrained(root / "tokenizer")
     AutoencoderKLWan(base_dim=8).save_pretrained(root / "vae")
     return root
 

@@ -31,11 +31,21 @@ def _open(traces, db):
 @click.command(help=ANALYZE_HELP)
 @click.argument("traces", nargs=-1, type=click.Path())
 @format_option("table", "json")
-@click.option("--top", default=10, show_default=True, type=click.IntRange(1),
-              help="Kernels listed per device before the 'other' row; also the largest gaps listed.")
+@click.option(
+    "--top",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Kernels listed per device before the 'other' row; also the largest gaps listed.",
+)
 @click.option("--step-range", metavar="A:B", help="Only steps A <= step < B (either end may be omitted).")
-@click.option("--min-gap-ns", default=0, show_default=True, type=click.IntRange(0),
-              help="Ignore idle gaps shorter than this (ns).")
+@click.option(
+    "--min-gap-ns",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Ignore idle gaps shorter than this (ns).",
+)
 @click.option("--db", type=click.Path(dir_okay=False), help="Keep the ingested database in this file.")
 def analyze(traces, fmt, top, step_range, min_gap_ns, db):
     from wanscope.analysis.scope import Scope, parse_step_range
@@ -94,8 +104,10 @@ def query(trace, sql, fmt):
     except duckdb.Error as e:
         raise UsageError(f"SQL error: {str(e).splitlines()[0]}") from None
     if fmt == "table" and len(first) > TABLE_ROW_LIMIT:
-        raise UsageError(f"the result has more than {TABLE_ROW_LIMIT:,} rows, too many for a table; "
-                         "use --format csv or --format json")
+        raise UsageError(
+            f"the result has more than {TABLE_ROW_LIMIT:,} rows, too many for a table; "
+            "use --format csv or --format json"
+        )
 
     def batches():  # the table's first batch holds every row; CSV and JSON stream
         yield first

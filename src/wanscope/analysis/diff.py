@@ -59,10 +59,17 @@ def trace_totals(con, label: str) -> dict:
     all_steps = step_times(con, scope)
     steps = [s["gpu_dur_ns"] for s in all_steps if s["gpu_dur_ns"] is not None]
     cpu = [s["cpu_dur_ns"] for s in all_steps]
-    out = {"label": label, "sources": sources(con), "ingest_warnings": warnings(con), "devices": len(devices),
-           "steps": len(steps), "mean_step_ns": round(sum(steps) / len(steps)) if steps else None,
-           "cpu_steps": len(cpu), "mean_step_cpu_ns": round(sum(cpu) / len(cpu)) if cpu else None,
-           "longest_window_ns": max((d["window_ns"] for d in devices), default=None)}
+    out = {
+        "label": label,
+        "sources": sources(con),
+        "ingest_warnings": warnings(con),
+        "devices": len(devices),
+        "steps": len(steps),
+        "mean_step_ns": round(sum(steps) / len(steps)) if steps else None,
+        "cpu_steps": len(cpu),
+        "mean_step_cpu_ns": round(sum(cpu) / len(cpu)) if cpu else None,
+        "longest_window_ns": max((d["window_ns"] for d in devices), default=None),
+    }
     for field in _SUMMED:
         out[field] = sum(d[field] for d in devices)
     out["utilization_pct"] = _pct(out["busy_ns"], out["window_ns"])
@@ -73,8 +80,10 @@ def trace_totals(con, label: str) -> dict:
             acc[0] += r["count"]
             acc[1] += r["total_ns"]
     out["_categories"] = cats
-    out["_kernels"] = {name: [int(n), int(t)] for name, n, t in con.execute(
-        "SELECT name, count(*), sum(dur_ns) FROM kernels GROUP BY name").fetchall()}
+    out["_kernels"] = {
+        name: [int(n), int(t)]
+        for name, n, t in con.execute("SELECT name, count(*), sum(dur_ns) FROM kernels GROUP BY name").fetchall()
+    }
     return out
 
 
@@ -88,8 +97,17 @@ def _category_rows(base: dict, new: dict) -> list[dict]:
         b, n = b or [0, 0, is_kernel], n or [0, 0, is_kernel]
         bp = _pct(b[1], base["kernel_time_ns"]) if is_kernel else None
         np_ = _pct(n[1], new["kernel_time_ns"]) if is_kernel else None
-        row = {"category": category, "base_count": b[0], "new_count": n[0], "base_ns": b[1], "new_ns": n[1],
-               "delta_ns": n[1] - b[1], "base_pct": bp, "new_pct": np_, "delta_pct": _delta(bp, np_)}
+        row = {
+            "category": category,
+            "base_count": b[0],
+            "new_count": n[0],
+            "base_ns": b[1],
+            "new_ns": n[1],
+            "delta_ns": n[1] - b[1],
+            "base_pct": bp,
+            "new_pct": np_,
+            "delta_pct": _delta(bp, np_),
+        }
         keyed.append(((not is_kernel, -max(b[1], n[1]), category), row))
     return [row for _, row in sorted(keyed, key=lambda kr: kr[0])]
 
@@ -98,22 +116,45 @@ def _kernel_changes(base: dict, new: dict, top: int) -> dict:
     bk, nk = base["_kernels"], new["_kernels"]
 
     def side_rows(names, kernels, kernel_time):
-        rows = [{"name": k, "category": categorize(k), "count": kernels[k][0], "total_ns": kernels[k][1],
-                 "pct": _pct(kernels[k][1], kernel_time)} for k in names]
+        rows = [
+            {
+                "name": k,
+                "category": categorize(k),
+                "count": kernels[k][0],
+                "total_ns": kernels[k][1],
+                "pct": _pct(kernels[k][1], kernel_time),
+            }
+            for k in names
+        ]
         rows.sort(key=lambda r: (-r["total_ns"], r["name"]))
-        return {"names": len(rows), "count": sum(r["count"] for r in rows),
-                "total_ns": sum(r["total_ns"] for r in rows), "top": rows[:top]}
+        return {
+            "names": len(rows),
+            "count": sum(r["count"] for r in rows),
+            "total_ns": sum(r["total_ns"] for r in rows),
+            "top": rows[:top],
+        }
 
     changes = []
     for k in set(bk) | set(nk):
         b, n = bk.get(k, [0, 0]), nk.get(k, [0, 0])
-        changes.append({"name": k, "category": categorize(k), "base_count": b[0], "new_count": n[0],
-                        "base_ns": b[1], "new_ns": n[1], "delta_ns": n[1] - b[1]})
+        changes.append(
+            {
+                "name": k,
+                "category": categorize(k),
+                "base_count": b[0],
+                "new_count": n[0],
+                "base_ns": b[1],
+                "new_ns": n[1],
+                "delta_ns": n[1] - b[1],
+            }
+        )
     changes.sort(key=lambda r: (-abs(r["delta_ns"]), r["name"]))
-    return {"common": len(set(bk) & set(nk)),
-            "appeared": side_rows(set(nk) - set(bk), nk, new["kernel_time_ns"]),
-            "disappeared": side_rows(set(bk) - set(nk), bk, base["kernel_time_ns"]),
-            "top_changes": changes[:top]}
+    return {
+        "common": len(set(bk) & set(nk)),
+        "appeared": side_rows(set(nk) - set(bk), nk, new["kernel_time_ns"]),
+        "disappeared": side_rows(set(bk) - set(nk), bk, base["kernel_time_ns"]),
+        "top_changes": changes[:top],
+    }
 
 
 def _fused(base_con, new_con) -> tuple[list[dict], list[dict], list[str]]:
@@ -169,19 +210,24 @@ def diff(base_con, new_con, base_label: str = "BASE", new_label: str = "NEW", to
     for t in sides.values():
         t["time_ns"] = t[key]
     if basis == "cpu_step":
-        warn.append("neither trace has GPU activity: the time compared is the mean CPU time of a step "
-                    "(its host range), not GPU time")
+        warn.append(
+            "neither trace has GPU activity: the time compared is the mean CPU time of a step "
+            "(its host range), not GPU time"
+        )
     if basis == "window" and (base["steps"] or new["steps"]):
         with_steps = "BASE" if base["steps"] else "NEW"
         warn.append(f"only {with_steps} has steps with GPU work: times compared are whole windows")
     count = "cpu_steps" if basis == "cpu_step" else "steps"
     if basis != "window" and base[count] != new[count]:
-        warn.append(f"BASE has {base[count]} steps and NEW {new[count]}: totals differ for that reason too; "
-                    "compare the per-step time and the shares")
+        warn.append(
+            f"BASE has {base[count]} steps and NEW {new[count]}: totals differ for that reason too; "
+            "compare the per-step time and the shares"
+        )
     kernels = _kernel_changes(base, new, top)
     if base["_kernels"] and new["_kernels"] and not kernels["common"]:
-        warn.append("BASE and NEW share no kernel names: they may be different workloads; "
-                    "totals and shares still compare")
+        warn.append(
+            "BASE and NEW share no kernel names: they may be different workloads; totals and shares still compare"
+        )
     cats = _category_rows(base, new)
     attention = next((c for c in cats if c["category"] == "attention"), {})
     shares = {f"{s}_pct": attention.get(f"{s}_pct", 0.0) if sides[s]["kernel_time_ns"] else None for s in SIDES}

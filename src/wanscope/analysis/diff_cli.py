@@ -30,14 +30,27 @@ and the other none)."""
 @click.argument("base", type=click.Path())
 @click.argument("new", type=click.Path())
 @format_option("table", "json", "html")
-@click.option("--top", default=10, show_default=True, type=click.IntRange(1),
-              help="Kernels listed as appeared, disappeared and top changes.")
-@click.option("--fail-if-slower", "fail_pct", type=click.FloatRange(0), metavar="PCT",
-              help="Exit with code 1 when NEW's time is more than PCT percent above BASE's (for CI); "
-                   "2 when the times cannot be compared.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
-              help="File the HTML page is written to (required with --format html; "
-                   "an --out ending in .html implies --format html).")
+@click.option(
+    "--top",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Kernels listed as appeared, disappeared and top changes.",
+)
+@click.option(
+    "--fail-if-slower",
+    "fail_pct",
+    type=click.FloatRange(0),
+    metavar="PCT",
+    help="Exit with code 1 when NEW's time is more than PCT percent above BASE's (for CI); "
+    "2 when the times cannot be compared.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="File the HTML page is written to (required with --format html; "
+    "an --out ending in .html implies --format html).",
+)
 def diff(base, new, fmt, top, fail_pct, out):
     from click.core import ParameterSource
 
@@ -81,8 +94,11 @@ def diff(base, new, fmt, top, fail_pct, out):
         if change is None:
             raise UsageError(f"--fail-if-slower: the times cannot be compared: {_incomparable(result)}")
         if change > fail_pct:
-            click.echo(f"wanscope: NEW is {change:.2f}% slower than BASE ({BASES[result['time_basis']]}), "
-                       f"more than --fail-if-slower {fail_pct:g}%", err=True)
+            click.echo(
+                f"wanscope: NEW is {change:.2f}% slower than BASE ({BASES[result['time_basis']]}), "
+                f"more than --fail-if-slower {fail_pct:g}%",
+                err=True,
+            )
             click.get_current_context().exit(1)
 
 

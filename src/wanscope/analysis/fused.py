@@ -47,9 +47,11 @@ KINDS = {
     "spl": "split_scan",
     "unk": "unknown",
 }
-OPS_PARTIAL_NOTE = ("ops are parsed from Inductor's kernel names: each op once, sorted by name (not in execution "
-                    "order), and some Inductor versions list at most 10 (config.kernel_name_max_ops), so a "
-                    "kernel's ops may be partial")
+OPS_PARTIAL_NOTE = (
+    "ops are parsed from Inductor's kernel names: each op once, sorted by name (not in execution "
+    "order), and some Inductor versions list at most 10 (config.kernel_name_max_ops), so a "
+    "kernel's ops may be partial"
+)
 _HASH = re.compile(r"(?=[0-9a-z]*[0-9])(?=[0-9a-z]*[a-z])[0-9a-z]{8,}")
 
 
@@ -149,13 +151,13 @@ def parse_kernel_name(name: str) -> KernelName | None:
     (does not start with ``triton_``)."""
     if not name.startswith(PREFIX):
         return None
-    rest = name[len(PREFIX):]
+    rest = name[len(PREFIX) :]
     kind = None
     head, sep, tail = rest.partition("_")
     if sep and head in KINDS:
         kind, rest = head, tail
     if rest == "fused" or rest.startswith("fused_"):
-        rest = rest[len("fused_"):]
+        rest = rest[len("fused_") :]
     tokens = rest.split("_")
     dropped = []
     # Anything after the index is a suffix; the index itself is the last thing Inductor adds.
@@ -194,9 +196,18 @@ def _item(name: str, launched_as: str | None, n: int, total: int, lo: int, hi: i
         parsed = KernelName(parsed.kind or host.kind, host.ops, host.unmatched, parsed.suffix)
         ops_from = "launch_range"
     return {
-        "name": name, "launched_as": launched_as, "kind": parsed.kind, "ops": list(parsed.ops),
-        "unmatched": list(parsed.unmatched), "ops_from": ops_from, "suffix": parsed.suffix,
-        "count": n, "total_ns": int(total), "mean_ns": round(total / n), "min_ns": int(lo), "max_ns": int(hi),
+        "name": name,
+        "launched_as": launched_as,
+        "kind": parsed.kind,
+        "ops": list(parsed.ops),
+        "unmatched": list(parsed.unmatched),
+        "ops_from": ops_from,
+        "suffix": parsed.suffix,
+        "count": n,
+        "total_ns": int(total),
+        "mean_ns": round(total / n),
+        "min_ns": int(lo),
+        "max_ns": int(hi),
         "pct": round(100.0 * total / kernel_total, 4) if kernel_total else None,
     }
 
@@ -229,8 +240,12 @@ def fused_kernels(con, scope: Scope | None = None, per_device: bool = True) -> d
 def aten_calls(con) -> dict[str, int]:
     """Op family (``aten::add`` -> ``add``) -> host calls of it recorded in the trace
     (nested calls count each: ``aten::to`` -> ``aten::_to_copy`` -> ``aten::copy_``)."""
-    return {name: int(n) for name, n in con.execute(
-        "SELECT substr(name, 7), count(*) FROM cpu_ops WHERE starts_with(name, 'aten::') GROUP BY ALL").fetchall()}
+    return {
+        name: int(n)
+        for name, n in con.execute(
+            "SELECT substr(name, 7), count(*) FROM cpu_ops WHERE starts_with(name, 'aten::') GROUP BY ALL"
+        ).fetchall()
+    }
 
 
 def ops_summary(fused: list[dict], eager: dict[str, int], compiled: dict[str, int]) -> list[dict]:
@@ -252,8 +267,17 @@ def ops_summary(fused: list[dict], eager: dict[str, int], compiled: dict[str, in
         for op in k["ops"]:
             if op in k["unmatched"]:
                 continue
-            row = rows.setdefault(op, {"op": op, "eager_calls": eager.get(op, 0), "compiled_calls": compiled.get(op, 0),
-                                       "kernels": [], "launches": 0, "total_ns": 0})
+            row = rows.setdefault(
+                op,
+                {
+                    "op": op,
+                    "eager_calls": eager.get(op, 0),
+                    "compiled_calls": compiled.get(op, 0),
+                    "kernels": [],
+                    "launches": 0,
+                    "total_ns": 0,
+                },
+            )
             row["kernels"].append(k["name"] if k["ops_from"] != "launch_range" else k["launched_as"])
             row["launches"] += k["count"]
             row["total_ns"] += k["total_ns"]

@@ -10,8 +10,13 @@ from __future__ import annotations
 from wanscope.analysis.scope import GROUPED_SQL, ISLANDS_OF, Scope
 from wanscope.analysis.stacks import launch_stack
 
-BINS = (("<1us", 0, 1_000), ("1-10us", 1_000, 10_000), ("10-100us", 10_000, 100_000),
-        ("0.1-1ms", 100_000, 1_000_000), (">=1ms", 1_000_000, None))
+BINS = (
+    ("<1us", 0, 1_000),
+    ("1-10us", 1_000, 10_000),
+    ("10-100us", 10_000, 100_000),
+    ("0.1-1ms", 100_000, 1_000_000),
+    (">=1ms", 1_000_000, None),
+)
 
 
 def idle_gaps(con, scope: Scope, largest: int, min_gap_ns: int = 0) -> dict[tuple, dict]:
@@ -20,15 +25,16 @@ def idle_gaps(con, scope: Scope, largest: int, min_gap_ns: int = 0) -> dict[tupl
     {``name``, ``kind``, ``correlation``, ``stream``}, ``launch`` (see
     :func:`~wanscope.analysis.stacks.launch_stack`) and ``stack`` (outermost first)."""
     bins = " ".join(
-        f"WHEN dur_ns >= {lo}" + (f" AND dur_ns < {hi}" if hi else "") + f" THEN '{label}'"
-        for label, lo, hi in BINS
+        f"WHEN dur_ns >= {lo}" + (f" AND dur_ns < {hi}" if hi else "") + f" THEN '{label}'" for label, lo, hi in BINS
     )
     # The activity's times with their island numbers, computed once (a temporary table: the
     # window passes are the cost); then the gaps between islands, binned and ranked.
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _grouped_activity AS {scope.ctes()}, {GROUPED_SQL} SELECT * FROM _grouped")
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE _grouped_activity AS {scope.ctes()}, {GROUPED_SQL} SELECT * FROM _grouped"
+    )
     gaps = f"""
     {scope.ctes()},
-    islands AS ({ISLANDS_OF.format('_grouped_activity')}),
+    islands AS ({ISLANDS_OF.format("_grouped_activity")}),
     holes AS (
       SELECT rank, device, end_ns AS start_ns,
              lead(start_ns) OVER w - end_ns AS dur_ns, lead(island) OVER w AS next_island
@@ -40,16 +46,24 @@ def idle_gaps(con, scope: Scope, largest: int, min_gap_ns: int = 0) -> dict[tupl
         for rank, device, label, n, total in con.execute(
             gaps + f"SELECT rank, device, CASE {bins} END AS bin, count(*), sum(dur_ns) FROM gaps GROUP BY ALL"
         ).fetchall():
-            entry = out.setdefault((rank, device), {"count": 0, "total_ns": 0,
-                                                    "histogram": {b[0]: {"count": 0, "total_ns": 0} for b in BINS},
-                                                    "largest": []})
+            entry = out.setdefault(
+                (rank, device),
+                {
+                    "count": 0,
+                    "total_ns": 0,
+                    "histogram": {b[0]: {"count": 0, "total_ns": 0} for b in BINS},
+                    "largest": [],
+                },
+            )
             entry["count"] += n
             entry["total_ns"] += int(total)
             entry["histogram"][label] = {"count": n, "total_ns": int(total)}
         first = "(g.start_ns, g.kind <> 'kernel', g.correlation)"  # kernels first at equal starts
         # The ops that end a gap are those of its device that start when it ends: all of
         # them in the next island (islands are the union's maximal intervals).
-        rows = con.execute(gaps + f"""
+        rows = con.execute(
+            gaps
+            + f"""
             , ranked AS (
               SELECT * FROM gaps
               QUALIFY row_number() OVER (PARTITION BY rank, device ORDER BY dur_ns DESC, start_ns) <= {int(largest)})
@@ -58,14 +72,19 @@ def idle_gaps(con, scope: Scope, largest: int, min_gap_ns: int = 0) -> dict[tupl
             FROM ranked r JOIN activity g
               ON g.rank = r.rank AND g.device = r.device AND g.start_ns = r.start_ns + r.dur_ns
             GROUP BY ALL ORDER BY r.rank, r.device, r.dur_ns DESC, r.start_ns
-        """).fetchall()
+        """
+        ).fetchall()
     finally:
         con.execute("DROP TABLE IF EXISTS _grouped_activity")
     for rank, device, start, dur, name, kind, corr, stream, pid in rows:
         launch, stack = launch_stack(con, rank, pid, corr)
-        out[(rank, device)]["largest"].append({
-            "start_ns": int(start), "dur_ns": int(dur),
-            "next_op": {"name": name, "kind": kind, "correlation": corr, "stream": stream},
-            "launch": launch, "stack": stack,
-        })
+        out[(rank, device)]["largest"].append(
+            {
+                "start_ns": int(start),
+                "dur_ns": int(dur),
+                "next_op": {"name": name, "kind": kind, "correlation": corr, "stream": stream},
+                "launch": launch,
+                "stack": stack,
+            }
+        )
     return out

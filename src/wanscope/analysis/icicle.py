@@ -20,7 +20,8 @@ def icicle_nodes(con, min_share: float = 0.001) -> list[dict]:
     """Nodes ``id``, ``parent`` ("" at a thread root), ``label``, ``total_ns`` (inclusive)."""
     rows = con.execute(
         "SELECT name, rank, pid, tid, start_ns, end_ns, dur_ns FROM cpu_ops "
-        "ORDER BY rank, pid, tid, start_ns, end_ns DESC, id").fetchall()
+        "ORDER BY rank, pid, tid, start_ns, end_ns DESC, id"
+    ).fetchall()
     paths: dict[tuple, int] = {}
     labels: list[str] = []
     parents: list[int] = []
@@ -63,5 +64,8 @@ def icicle_nodes(con, min_share: float = 0.001) -> list[dict]:
     for i, p in enumerate(parents):  # a node is kept only if its parent is
         if p >= 0 and not keep[p]:
             keep[i] = False
-    return [{"id": f"n{i}", "parent": "" if parents[i] < 0 else f"n{parents[i]}", "label": labels[i],
-             "total_ns": totals[i]} for i in range(len(labels)) if keep[i]]
+    return [
+        {"id": f"n{i}", "parent": "" if parents[i] < 0 else f"n{parents[i]}", "label": labels[i], "total_ns": totals[i]}
+        for i in range(len(labels))
+        if keep[i]
+    ]

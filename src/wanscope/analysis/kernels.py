@@ -36,8 +36,17 @@ def top_kernels(con, scope: Scope, top: int) -> dict[tuple, list[dict]]:
         key = (rank, device)
         pct = round(100.0 * total / all_total, 4) if all_total else None
         if pos <= top:
-            out[key].append({"name": name, "count": n, "total_ns": int(total), "mean_ns": round(total / n),
-                             "min_ns": int(lo), "max_ns": int(hi), "pct": pct})
+            out[key].append(
+                {
+                    "name": name,
+                    "count": n,
+                    "total_ns": int(total),
+                    "mean_ns": round(total / n),
+                    "min_ns": int(lo),
+                    "max_ns": int(hi),
+                    "pct": pct,
+                }
+            )
         else:
             acc = rest.setdefault(key, [0, 0, None, None, all_total])
             acc[0] += n
@@ -45,9 +54,17 @@ def top_kernels(con, scope: Scope, top: int) -> dict[tuple, list[dict]]:
             acc[2] = lo if acc[2] is None else min(acc[2], lo)
             acc[3] = hi if acc[3] is None else max(acc[3], hi)
     for key, (n, total, lo, hi, all_total) in rest.items():
-        out[key].append({"name": "other", "count": n, "total_ns": total, "mean_ns": round(total / n),
-                         "min_ns": int(lo), "max_ns": int(hi),
-                         "pct": round(100.0 * total / all_total, 4) if all_total else None})
+        out[key].append(
+            {
+                "name": "other",
+                "count": n,
+                "total_ns": total,
+                "mean_ns": round(total / n),
+                "min_ns": int(lo),
+                "max_ns": int(hi),
+                "pct": round(100.0 * total / all_total, 4) if all_total else None,
+            }
+        )
     return out
 
 

@@ -56,8 +56,8 @@ def communication(con, scope: Scope) -> list[dict]:
     {scope.ctes()},
     k AS (SELECT rank, device, start_ns, end_ns, dur_ns, category = 'communication' AS comm
           FROM activity WHERE kind = 'kernel'),
-    _sets AS ({_sets('k', keys)}),
-    {_UNION_SQL.format(keys=keys, source='_sets', name='unions')},
+    _sets AS ({_sets("k", keys)}),
+    {_UNION_SQL.format(keys=keys, source="_sets", name="unions")},
     counts AS (SELECT rank, device, count(*) FILTER (comm) AS n, coalesce(sum(dur_ns) FILTER (comm), 0) AS total
                FROM k GROUP BY ALL)
     SELECT c.rank, c.device, c.n, c.total,
@@ -70,12 +70,19 @@ def communication(con, scope: Scope) -> list[dict]:
     out = []
     for rank, device, n, total, comm_busy, compute_busy, all_busy in con.execute(sql).fetchall():
         overlap = int(comm_busy + compute_busy - all_busy)
-        out.append({
-            "rank": rank, "device": device, "communication_count": n, "communication_ns": int(total),
-            "communication_busy_ns": int(comm_busy), "compute_busy_ns": int(compute_busy), "overlap_ns": overlap,
-            "overlap_pct": round(100.0 * overlap / comm_busy, 4) if comm_busy else None,
-            "exposed_communication_ns": int(comm_busy) - overlap,
-        })
+        out.append(
+            {
+                "rank": rank,
+                "device": device,
+                "communication_count": n,
+                "communication_ns": int(total),
+                "communication_busy_ns": int(comm_busy),
+                "compute_busy_ns": int(compute_busy),
+                "overlap_ns": overlap,
+                "overlap_pct": round(100.0 * overlap / comm_busy, 4) if comm_busy else None,
+                "exposed_communication_ns": int(comm_busy) - overlap,
+            }
+        )
     return out
 
 
@@ -92,8 +99,8 @@ def slowest_ranks(con, scope: Scope) -> list[dict]:
       SELECT s.rank, s.step, k.comm, greatest(k.start_ns, s.gpu_start_ns) AS start_ns,
              least(k.end_ns, s.gpu_end_ns) AS end_ns
       FROM step_gpu s JOIN k ON k.rank = s.rank AND k.end_ns > s.gpu_start_ns AND k.start_ns < s.gpu_end_ns),
-    _sets AS ({_sets('clipped', keys)}),
-    {_UNION_SQL.format(keys=keys, source='_sets', name='unions')},
+    _sets AS ({_sets("clipped", keys)}),
+    {_UNION_SQL.format(keys=keys, source="_sets", name="unions")},
     exposed AS (
       SELECT rank, step, coalesce(max(union_ns) FILTER (kind_set = 'all'), 0)
                          - coalesce(max(union_ns) FILTER (kind_set = 'compute'), 0) AS exposed_ns
@@ -112,20 +119,34 @@ def slowest_ranks(con, scope: Scope) -> list[dict]:
         if len({r[0] for r in rows}) < 2:
             continue
         gpu = all(r[2] is not None for r in rows)
-        ranks = [{"rank": rank, "dur_ns": int(gpu_dur if gpu else cpu_dur),
-                  "exposed_communication_ns": int(exposed) if gpu else 0,
-                  "work_ns": int(gpu_dur - exposed) if gpu else int(cpu_dur)}
-                 for rank, cpu_dur, gpu_dur, exposed in rows]
+        ranks = [
+            {
+                "rank": rank,
+                "dur_ns": int(gpu_dur if gpu else cpu_dur),
+                "exposed_communication_ns": int(exposed) if gpu else 0,
+                "work_ns": int(gpu_dur - exposed) if gpu else int(cpu_dur),
+            }
+            for rank, cpu_dur, gpu_dur, exposed in rows
+        ]
         ranks.sort(key=lambda r: (-r["work_ns"], r["rank"]))
-        out.append({"step": step, "basis": "gpu" if gpu else "cpu", "slowest_rank": ranks[0]["rank"],
-                    "spread_ns": ranks[0]["work_ns"] - ranks[-1]["work_ns"], "ranks": ranks})
+        out.append(
+            {
+                "step": step,
+                "basis": "gpu" if gpu else "cpu",
+                "slowest_rank": ranks[0]["rank"],
+                "spread_ns": ranks[0]["work_ns"] - ranks[-1]["work_ns"],
+                "ranks": ranks,
+            }
+        )
     return out
 
 
 def rank_count(con) -> int:
     """Distinct ranks in the database (files, kernels and steps)."""
-    return con.execute("SELECT count(DISTINCT rank) FROM (SELECT rank FROM sources UNION ALL "
-                       "SELECT rank FROM kernels UNION ALL SELECT rank FROM steps)").fetchone()[0]
+    return con.execute(
+        "SELECT count(DISTINCT rank) FROM (SELECT rank FROM sources UNION ALL "
+        "SELECT rank FROM kernels UNION ALL SELECT rank FROM steps)"
+    ).fetchone()[0]
 
 
 def rank_summary(con, scope: Scope) -> dict:

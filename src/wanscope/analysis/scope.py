@@ -23,7 +23,7 @@ ACTIVITY_SQL = f"""
   SELECT k.rank, k.device, k.stream, k.start_ns, k.end_ns, k.dur_ns, k.name, 'kernel' AS kind,
          k.correlation, k.pid, coalesce(c.category, '{OTHER}') AS category
   FROM kernels k
-  LEFT JOIN (SELECT name, {sql_case('name')} AS category FROM (SELECT DISTINCT name FROM kernels)) c
+  LEFT JOIN (SELECT name, {sql_case("name")} AS category FROM (SELECT DISTINCT name FROM kernels)) c
     ON c.name = k.name
   UNION ALL
   SELECT rank, device, stream, start_ns, end_ns, dur_ns, name, kind, correlation, pid,
@@ -105,8 +105,11 @@ class Scope:
         if any((lo is None or n >= lo) and (hi is None or n < hi) for n in steps):
             return
         text = f"{'' if lo is None else lo}:{'' if hi is None else hi}"
-        have = (f"the trace's steps are {step_list(steps)}" if steps else
-                "the trace has no steps (no wanscope/step#k or ProfilerStep#N ranges)")
+        have = (
+            f"the trace's steps are {step_list(steps)}"
+            if steps
+            else "the trace has no steps (no wanscope/step#k or ProfilerStep#N ranges)"
+        )
         raise UsageError(f"--step-range {text} selects no step: {have}")
 
     def in_steps(self, rank: str, pid: str, start_ns: str) -> str:
@@ -115,22 +118,29 @@ class Scope:
         column expressions (``o.rank``): a bare ``rank`` would name the step's own."""
         if self.step_range is None:
             return "TRUE"
-        return (f"EXISTS (SELECT 1 FROM steps _s WHERE _s.rank = {rank} AND _s.pid = {pid} "
-                f"AND {start_ns} BETWEEN _s.start_ns AND _s.end_ns AND {self._step_filter()})")
+        return (
+            f"EXISTS (SELECT 1 FROM steps _s WHERE _s.rank = {rank} AND _s.pid = {pid} "
+            f"AND {start_ns} BETWEEN _s.start_ns AND _s.end_ns AND {self._step_filter()})"
+        )
 
     def ctes(self) -> str:
         """``WITH`` clauses defining ``activity`` (in scope) and ``windows``
         (rank, device, window_start_ns, window_end_ns, window_ns)."""
         base = f"WITH _all_activity AS ({ACTIVITY_SQL}), step_gpu AS ({STEP_GPU_SQL})"
         if self.step_range is None:
-            return base + """,
+            return (
+                base
+                + """,
             activity AS (SELECT * FROM _all_activity),
             windows AS (
               SELECT rank, device, min(start_ns) AS window_start_ns, max(end_ns) AS window_end_ns,
                      max(end_ns) - min(start_ns) AS window_ns
               FROM activity GROUP BY ALL)
             """
-        return base + f""",
+            )
+        return (
+            base
+            + f""",
             chosen AS (SELECT * FROM step_gpu WHERE {self._step_filter()}),
             activity AS (
               SELECT DISTINCT a.* FROM _all_activity a
@@ -151,6 +161,7 @@ class Scope:
               SELECT rank, device, min(lo) AS window_start_ns, max(hi) AS window_end_ns, sum(hi - lo) AS window_ns
               FROM _step_union GROUP BY ALL)
             """
+        )
 
 
 # The union of a device's activity intervals, as islands. GROUPED_SQL numbers them:

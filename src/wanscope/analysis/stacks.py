@@ -41,5 +41,4 @@ def launch_stack(con, rank: int, pid: int | None, correlation: int | None) -> tu
     if launch is None:
         return None, []
     lpid, tid, start_ns, api = launch
-    return ({"api": api, "pid": lpid, "tid": tid, "start_ns": int(start_ns)},
-            stack_at(con, rank, lpid, tid, start_ns))
+    return ({"api": api, "pid": lpid, "tid": tid, "start_ns": int(start_ns)}, stack_at(con, rank, lpid, tid, start_ns))

@@ -21,7 +21,14 @@ def step_times(con, scope: Scope) -> list[dict]:
     for rank, step, cs, cd, gs, gd in con.execute(sql).fetchall():
         if (lo is not None and step < lo) or (hi is not None and step >= hi):
             continue
-        out.append({"rank": rank, "step": step, "cpu_start_ns": int(cs), "cpu_dur_ns": int(cd),
-                    "gpu_start_ns": None if gs is None else int(gs),
-                    "gpu_dur_ns": None if gd is None else int(gd)})
+        out.append(
+            {
+                "rank": rank,
+                "step": step,
+                "cpu_start_ns": int(cs),
+                "cpu_dur_ns": int(cd),
+                "gpu_start_ns": None if gs is None else int(gs),
+                "gpu_dur_ns": None if gd is None else int(gd),
+            }
+        )
     return out

@@ -21,13 +21,19 @@ SCHEMA_VERSION = 1
 
 def warnings(con) -> dict[str, int]:
     """Counts by kind of records excluded at ingest, over all sources."""
-    return {k: int(n) for k, n in con.execute(
-        "SELECT kind, sum(count) FROM ingest_warnings GROUP BY kind ORDER BY kind").fetchall()}
+    return {
+        k: int(n)
+        for k, n in con.execute("SELECT kind, sum(count) FROM ingest_warnings GROUP BY kind ORDER BY kind").fetchall()
+    }
 
 
 def sources(con) -> list[dict]:
-    return [{"path": p, "format": f, "rank": r, "events": n} for p, f, r, n in con.execute(
-        "SELECT path, format, rank, event_count FROM sources ORDER BY source_id").fetchall()]
+    return [
+        {"path": p, "format": f, "rank": r, "events": n}
+        for p, f, r, n in con.execute(
+            "SELECT path, format, rank, event_count FROM sources ORDER BY source_id"
+        ).fetchall()
+    ]
 
 
 def run_notes(con) -> list[str]:
@@ -77,12 +83,16 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         d["categories"] = cats.get(key, [])
         d["gaps"] = gaps.get(key, empty_gaps)
         d["fused_kernels"] = fused.get(key, [])
-    gpu_ranks = {d["rank"] for d in device_utilization(con, Scope())} if scope.step_range else {d["rank"] for d in devices}
+    gpu_ranks = (
+        {d["rank"] for d in device_utilization(con, Scope())} if scope.step_range else {d["rank"] for d in devices}
+    )
     notes = run_notes(con)
     if not devices:
-        notes.append("no GPU activity: the trace holds no kernels, memcpys or memsets with valid times"
-                     + (" in the selected steps" if scope.step_range else "")
-                     + "; GPU utilization, kernels and gaps need a trace captured with CUDA activities on a GPU")
+        notes.append(
+            "no GPU activity: the trace holds no kernels, memcpys or memsets with valid times"
+            + (" in the selected steps" if scope.step_range else "")
+            + "; GPU utilization, kernels and gaps need a trace captured with CUDA activities on a GPU"
+        )
     result = {
         "schema_version": SCHEMA_VERSION,
         "sources": sources(con),

@@ -15,15 +15,44 @@ from __future__ import annotations
 from wanscope.analysis.scope import Scope
 
 SYNC_APIS = (
-    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaThreadSynchronize",
-    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
-    "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol",
-    "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy",
-    "cudaFree", "cudaFreeHost", "cudaHostAlloc", "cudaMallocHost", "cuMemFree", "cuMemFreeHost", "cuMemAllocHost",
-    "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy",
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cudaThreadSynchronize",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+    "cuEventSynchronize",
+    "cudaMemcpy",
+    "cudaMemcpy2D",
+    "cudaMemcpy3D",
+    "cudaMemcpyToSymbol",
+    "cudaMemcpyFromSymbol",
+    "cuMemcpyDtoH",
+    "cuMemcpyHtoD",
+    "cuMemcpy",
+    "cudaFree",
+    "cudaFreeHost",
+    "cudaHostAlloc",
+    "cudaMallocHost",
+    "cuMemFree",
+    "cuMemFreeHost",
+    "cuMemAllocHost",
+    "hipStreamSynchronize",
+    "hipDeviceSynchronize",
+    "hipEventSynchronize",
+    "hipMemcpy",
 )
-SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero",
-            "aten::equal", "aten::unique", "aten::_unique2", "aten::masked_select", "aten::tolist")
+SYNC_OPS = (
+    "aten::item",
+    "aten::_local_scalar_dense",
+    "aten::nonzero",
+    "aten::is_nonzero",
+    "aten::equal",
+    "aten::unique",
+    "aten::_unique2",
+    "aten::masked_select",
+    "aten::tolist",
+)
 # Python frames that belong to torch or the interpreter, skipped when naming the user's
 # frame. torch.profiler strips sys.path prefixes, so site-packages appear as bare packages.
 _LIBRARY_FRAME = ("torch/", "<", "contextlib.py", "functools.py", "site-packages/", "dist-packages/")
@@ -58,7 +87,7 @@ def find_syncs(con, gpu_ranks: set[int], scope: Scope | None = None) -> list[dic
       SELECT call_id,
              arg_min(name, depth) FILTER (kind = 'op' AND name LIKE 'aten::%') AS op,
              arg_min(id, depth) FILTER (kind = 'op' AND name LIKE 'aten::%') AS op_id,
-             arg_max(name, depth) FILTER (kind = 'python' AND {_user_frame('name')}) AS frame
+             arg_max(name, depth) FILTER (kind = 'python' AND {_user_frame("name")}) AS frame
       FROM enc GROUP BY call_id),
     nexts AS (
       SELECT c.call_id, a.start_ns AS next_start FROM calls c
@@ -71,12 +100,22 @@ def find_syncs(con, gpu_ranks: set[int], scope: Scope | None = None) -> list[dic
              max(x.next_start) - max(c.end_ns) AS idle_after
       FROM calls c LEFT JOIN named n USING (call_id) LEFT JOIN nexts x USING (call_id)
       GROUP BY ALL) w
-    WHERE {scope.in_steps('w.rank', 'w.pid', 'w.start_ns')}
+    WHERE {scope.in_steps("w.rank", "w.pid", "w.start_ns")}
     ORDER BY start_ns
     """).fetchall()
-    out = [{"kind": "sync", "rank": r[0], "api": r[4], "op": r[5], "frame": r[6], "start_ns": int(r[7]),
-            "wait_ns": int(r[8]), "gpu_idle_after_ns": None if r[9] is None else max(int(r[9]), 0)}
-           for r in rows]
+    out = [
+        {
+            "kind": "sync",
+            "rank": r[0],
+            "api": r[4],
+            "op": r[5],
+            "frame": r[6],
+            "start_ns": int(r[7]),
+            "wait_ns": int(r[8]),
+            "gpu_idle_after_ns": None if r[9] is None else max(int(r[9]), 0),
+        }
+        for r in rows
+    ]
     # would_sync only on ranks without GPU activity: on a GPU trace, no self-join of cpu_ops
     cpu_ranks = [r for (r,) in con.execute("SELECT DISTINCT rank FROM cpu_ops").fetchall() if r not in gpu_ranks]
     if cpu_ranks:
@@ -92,15 +131,25 @@ def _would_syncs(con, ranks: list[int], scope: Scope) -> list[dict]:
       SELECT o.* FROM cpu_ops o LEFT JOIN cpu_ops p ON p.id = o.parent_id
       WHERE o.name IN ({_quoted(SYNC_OPS)}) AND (p.name IS NULL OR p.name NOT IN ({_quoted(SYNC_OPS)}))
         AND o.rank IN ({", ".join(str(int(r)) for r in ranks)})
-        AND {scope.in_steps('o.rank', 'o.pid', 'o.start_ns')}),
+        AND {scope.in_steps("o.rank", "o.pid", "o.start_ns")}),
     frames AS (
       SELECT h.id, arg_max(f.name, f.depth) AS frame FROM hits h
       JOIN cpu_ops f ON f.rank = h.rank AND f.pid = h.pid AND f.tid = h.tid AND f.kind = 'python'
-       AND f.start_ns <= h.start_ns AND f.end_ns >= h.end_ns AND {_user_frame('f.name')}
+       AND f.start_ns <= h.start_ns AND f.end_ns >= h.end_ns AND {_user_frame("f.name")}
       GROUP BY h.id)
     SELECT h.rank, h.name, fr.frame, h.start_ns, h.dur_ns FROM hits h LEFT JOIN frames fr USING (id)
     ORDER BY h.start_ns
     """).fetchall()
-    return [{"kind": "would_sync", "rank": r[0], "api": None, "op": r[1], "frame": r[2], "start_ns": int(r[3]),
-             "wait_ns": int(r[4]), "gpu_idle_after_ns": None}
-            for r in rows]
+    return [
+        {
+            "kind": "would_sync",
+            "rank": r[0],
+            "api": None,
+            "op": r[1],
+            "frame": r[2],
+            "start_ns": int(r[3]),
+            "wait_ns": int(r[4]),
+            "gpu_idle_after_ns": None,
+        }
+        for r in rows
+    ]

@@ -27,6 +27,16 @@ def timeline_segments(con, scope: Scope, max_segments: int = 20_000) -> list[dic
     FROM binned GROUP BY rank, device, stream, category, bin
     ORDER BY rank, device, stream, 5
     """
-    return [{"rank": r, "device": d, "stream": s, "category": c, "start_ns": int(a), "end_ns": int(b),
-             "ops": n, "name": name}
-            for r, d, s, c, a, b, n, name in con.execute(sql).fetchall()]
+    return [
+        {
+            "rank": r,
+            "device": d,
+            "stream": s,
+            "category": c,
+            "start_ns": int(a),
+            "end_ns": int(b),
+            "ops": n,
+            "name": name,
+        }
+        for r, d, s, c, a, b, n, name in con.execute(sql).fetchall()
+    ]

@@ -42,10 +42,20 @@ def device_utilization(con, scope: Scope) -> list[dict]:
     out = []
     for r in con.execute(sql).fetchall():
         rank, device, w0, w1, window, busy, kbusy, kc, kt, mc, mt = r
-        out.append({
-            "rank": rank, "device": device, "window_start_ns": int(w0), "window_end_ns": int(w1),
-            "window_ns": int(window), "busy_ns": int(busy), "kernel_busy_ns": int(kbusy),
-            "utilization_pct": round(100.0 * busy / window, 4) if window else None,
-            "kernel_count": kc, "kernel_time_ns": int(kt), "memop_count": mc, "memop_time_ns": int(mt),
-        })
+        out.append(
+            {
+                "rank": rank,
+                "device": device,
+                "window_start_ns": int(w0),
+                "window_end_ns": int(w1),
+                "window_ns": int(window),
+                "busy_ns": int(busy),
+                "kernel_busy_ns": int(kbusy),
+                "utilization_pct": round(100.0 * busy / window, 4) if window else None,
+                "kernel_count": kc,
+                "kernel_time_ns": int(kt),
+                "memop_count": mc,
+                "memop_time_ns": int(mt),
+            }
+        )
     return out

@@ -54,8 +54,9 @@ _MAGIC_F = gl.constexpr(12582912.0)
 
 
 @gluon.jit
-def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-            q_row, kv_row0, col, n_kv):
+def _loader(
+    q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, q_row, kv_row0, col, n_kv
+):
     # the consumers' Q tiles once, then K/V tiles into the ring; a K slot is refilled as soon as
     # every consumer has its S from it, a V slot after every one has done its P V. The tile
     # sizes are the shared-memory buffers' ([WGS, BM, D] Q, [STAGES, BN, D] K and V).
@@ -83,11 +84,13 @@ def _round_p(x, FP16: gl.constexpr):
     # loop phi (instcombine), the loop then carries P in fp32 (64 more registers) and ptxas waits
     # for P V before the softmax
     if FP16:
-        return gl.inline_asm_elementwise("cvt.rn.f16x2.f32 $0, $2, $1;", "=r,r,r", [x], dtype=gl.float16,
-                                         is_pure=True, pack=2)
+        return gl.inline_asm_elementwise(
+            "cvt.rn.f16x2.f32 $0, $2, $1;", "=r,r,r", [x], dtype=gl.float16, is_pure=True, pack=2
+        )
     else:
-        return gl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,r,r", [x], dtype=gl.bfloat16,
-                                         is_pure=True, pack=2)
+        return gl.inline_asm_elementwise(
+            "cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,r,r", [x], dtype=gl.bfloat16, is_pure=True, pack=2
+        )
 
 
 @gluon.jit
@@ -129,9 +132,31 @@ def _issue(j, q_i, k_smem, v_smem, k_ready, v_ready, zero_s, o, p_op, STAGES: gl
 
 
 @gluon.jit
-def _step(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, p_op, m, l, Lk, qk_scale,
-          BN: gl.constexpr, STAGES: gl.constexpr, MASK: gl.constexpr, FP16: gl.constexpr, QK8: gl.constexpr,
-          s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
+def _step(
+    j,
+    q_i,
+    k_smem,
+    v_smem,
+    k_ready,
+    v_ready,
+    k_empty,
+    v_empty,
+    zero_s,
+    o,
+    p_op,
+    m,
+    l,
+    Lk,
+    qk_scale,
+    BN: gl.constexpr,
+    STAGES: gl.constexpr,
+    MASK: gl.constexpr,
+    FP16: gl.constexpr,
+    QK8: gl.constexpr,
+    s_layout: gl.constexpr,
+    o_layout: gl.constexpr,
+    p_layout: gl.constexpr,
+):
     stage, prev, s_tok, o_tok = _issue(j, q_i, k_smem, v_smem, k_ready, v_ready, zero_s, o, p_op, STAGES, QK8)
     s = _scores(warpgroup_mma_wait(1, deps=(s_tok,)), QK8)
     mbarrier.arrive(k_empty.index(stage))
@@ -149,9 +174,30 @@ def _step(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o,
 
 
 @gluon.jit
-def _step_fixed(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, l, p_op, shift, Lk, qk_scale,
-                ones, BN: gl.constexpr, STAGES: gl.constexpr, MASK: gl.constexpr, QK8: gl.constexpr,
-                s_layout: gl.constexpr, p_layout: gl.constexpr):
+def _step_fixed(
+    j,
+    q_i,
+    k_smem,
+    v_smem,
+    k_ready,
+    v_ready,
+    k_empty,
+    v_empty,
+    zero_s,
+    o,
+    l,
+    p_op,
+    shift,
+    Lk,
+    qk_scale,
+    ones,
+    BN: gl.constexpr,
+    STAGES: gl.constexpr,
+    MASK: gl.constexpr,
+    QK8: gl.constexpr,
+    s_layout: gl.constexpr,
+    p_layout: gl.constexpr,
+):
     # _step with the row shift m fixed for the whole row: no running max and no rescale, so o stays
     # in the wgmma accumulator chain; bf16 P only (p may exceed fp16's range). The row sums come
     # from the tensor cores too: l [BM, 8] += P 1 (a wgmma of P with a ones tile), so l sums the
@@ -193,27 +239,113 @@ def _last_pv(o, p_op, v_smem, v_ready, v_empty, n_kv, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _online_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s, m, Lk, n_kv, qk_scale,
-                 BN: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr, QK8: gl.constexpr,
-                 s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
+def _online_loop(
+    q_i,
+    k_smem,
+    v_smem,
+    k_ready,
+    v_ready,
+    k_empty,
+    v_empty,
+    zero_s,
+    o,
+    s,
+    m,
+    Lk,
+    n_kv,
+    qk_scale,
+    BN: gl.constexpr,
+    STAGES: gl.constexpr,
+    FP16: gl.constexpr,
+    QK8: gl.constexpr,
+    s_layout: gl.constexpr,
+    o_layout: gl.constexpr,
+    p_layout: gl.constexpr,
+):
     # blocks 1.. with the online softmax, from block 0's scores s and row max m: (o, l)
     p = gl.exp2(s * _per_row(qk_scale, QK8) - gl.expand_dims(m, 1))
     l = gl.sum(p, axis=1)
     p_op = gl.convert_layout(_round_p(p, FP16), p_layout)
     for j in range(1, n_kv - 1):
-        o, p_op, m, l = _step(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, p_op, m, l, Lk,
-                              qk_scale, BN, STAGES, False, FP16, QK8, s_layout, o_layout, p_layout)
+        o, p_op, m, l = _step(
+            j,
+            q_i,
+            k_smem,
+            v_smem,
+            k_ready,
+            v_ready,
+            k_empty,
+            v_empty,
+            zero_s,
+            o,
+            p_op,
+            m,
+            l,
+            Lk,
+            qk_scale,
+            BN,
+            STAGES,
+            False,
+            FP16,
+            QK8,
+            s_layout,
+            o_layout,
+            p_layout,
+        )
     if n_kv > 1:  # the last block, peeled: its column mask stays out of the loop (a branch inside
         # the wgmma window makes ptxas serialize the two GEMMs)
-        o, p_op, m, l = _step(n_kv - 1, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, p_op, m,
-                              l, Lk, qk_scale, BN, STAGES, True, FP16, QK8, s_layout, o_layout, p_layout)
+        o, p_op, m, l = _step(
+            n_kv - 1,
+            q_i,
+            k_smem,
+            v_smem,
+            k_ready,
+            v_ready,
+            k_empty,
+            v_empty,
+            zero_s,
+            o,
+            p_op,
+            m,
+            l,
+            Lk,
+            qk_scale,
+            BN,
+            STAGES,
+            True,
+            FP16,
+            QK8,
+            s_layout,
+            o_layout,
+            p_layout,
+        )
     return _last_pv(o, p_op, v_smem, v_ready, v_empty, n_kv, STAGES), l
 
 
 @gluon.jit
-def _fixed_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s, m, Lk, n_kv, qk_scale, ones,
-                BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, QK8: gl.constexpr,
-                s_layout: gl.constexpr, p_layout: gl.constexpr):
+def _fixed_loop(
+    q_i,
+    k_smem,
+    v_smem,
+    k_ready,
+    v_ready,
+    k_empty,
+    v_empty,
+    zero_s,
+    o,
+    s,
+    m,
+    Lk,
+    n_kv,
+    qk_scale,
+    ones,
+    BM: gl.constexpr,
+    BN: gl.constexpr,
+    STAGES: gl.constexpr,
+    QK8: gl.constexpr,
+    s_layout: gl.constexpr,
+    p_layout: gl.constexpr,
+):
     # _online_loop with the row shift m fixed (bf16 only): (o, l)
     shift = m
     if QK8:  # every block's S as the accumulator's bits, 1.5 * 2^23 above S (block 0's re-added:
@@ -222,14 +354,59 @@ def _fixed_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s,
         s = s + _MAGIC_F
     p = gl.exp2(s * _per_row(qk_scale, QK8) - gl.expand_dims(shift, 1))
     p_op = gl.convert_layout(_round_p(p, False), p_layout)
-    l = gl.zeros([BM, 8], gl.float32, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                                 instr_shape=[16, 8, 16]))
+    l = gl.zeros(
+        [BM, 8], gl.float32, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 8, 16])
+    )
     for j in range(1, n_kv - 1):
-        o, l, p_op = _step_fixed(j, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, l, p_op,
-                                 shift, Lk, qk_scale, ones, BN, STAGES, False, QK8, s_layout, p_layout)
+        o, l, p_op = _step_fixed(
+            j,
+            q_i,
+            k_smem,
+            v_smem,
+            k_ready,
+            v_ready,
+            k_empty,
+            v_empty,
+            zero_s,
+            o,
+            l,
+            p_op,
+            shift,
+            Lk,
+            qk_scale,
+            ones,
+            BN,
+            STAGES,
+            False,
+            QK8,
+            s_layout,
+            p_layout,
+        )
     if n_kv > 1:
-        o, l, p_op = _step_fixed(n_kv - 1, q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, l, p_op,
-                                 shift, Lk, qk_scale, ones, BN, STAGES, True, QK8, s_layout, p_layout)
+        o, l, p_op = _step_fixed(
+            n_kv - 1,
+            q_i,
+            k_smem,
+            v_smem,
+            k_ready,
+            v_ready,
+            k_empty,
+            v_empty,
+            zero_s,
+            o,
+            l,
+            p_op,
+            shift,
+            Lk,
+            qk_scale,
+            ones,
+            BN,
+            STAGES,
+            True,
+            QK8,
+            s_layout,
+            p_layout,
+        )
     l_tok = warpgroup_mma(p_op, ones, l, is_async=True)
     l = warpgroup_mma_wait(0, deps=(l_tok,))
     l = gl.convert_layout(gl.max(l, axis=1), gl.SliceLayout(1, s_layout))  # its 8 columns are equal
@@ -237,9 +414,31 @@ def _fixed_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s,
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-              o_ptr, o_row_stride, q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max,
-              use_fixed):
+def _consumer(
+    WG: gl.constexpr,
+    q_smem,
+    k_smem,
+    v_smem,
+    ones_smem,
+    q_bar,
+    k_ready,
+    v_ready,
+    k_empty,
+    v_empty,
+    o_ptr,
+    o_row_stride,
+    q_row_in_batch,
+    o_row0,
+    col,
+    Lq,
+    Lk,
+    n_kv,
+    qk_scale,
+    row_factor_ptr,
+    N,
+    k_norm_max,
+    use_fixed,
+):
     # consumer warpgroup WG: query rows WG * BM ... of the CTA's (q_row_in_batch and o_row0 are the
     # CTA's first); tile sizes and variant from the shared-memory buffers (int8 Q: QK8; fp16 V: FP16)
     BM: gl.constexpr = q_smem.shape[1]
@@ -250,8 +449,9 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_read
     FP16: gl.constexpr = v_smem.dtype == gl.float16
     q_row_in_batch = q_row_in_batch + WG * BM
     o_row0 = o_row0 + WG * BM
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BN, 32 if QK8 else 16])
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32 if QK8 else 16]
+    )
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     q_i = q_smem.index(WG)
@@ -261,8 +461,9 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_read
         # shift's test, so they do not send the warpgroup's real rows to the online softmax.
         zero_s = gl.full([BM, BN], _MAGIC, gl.int32, s_layout)
         i = gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
-        qk_scale = gl.load(row_factor_ptr + (o_row0 + i).to(gl.int64) * N + col // D, mask=q_row_in_batch + i < Lq,
-                           other=0.0)
+        qk_scale = gl.load(
+            row_factor_ptr + (o_row0 + i).to(gl.int64) * N + col // D, mask=q_row_in_batch + i < Lq, other=0.0
+        )
     else:
         zero_s = gl.zeros([BM, BN], gl.float32, s_layout)
     o = gl.zeros([BM, D], gl.float32, o_layout)
@@ -277,8 +478,29 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_read
         s = _masked(s, 0, Lk, BN, s_layout)
     m = gl.max(s, axis=1) * qk_scale
     if FP16:  # p up to 2^64 would overflow fp16's P: the online softmax only
-        o, l = _online_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s, m, Lk, n_kv,
-                            qk_scale, BN, STAGES, FP16, QK8, s_layout, o_layout, p_layout)
+        o, l = _online_loop(
+            q_i,
+            k_smem,
+            v_smem,
+            k_ready,
+            v_ready,
+            k_empty,
+            v_empty,
+            zero_s,
+            o,
+            s,
+            m,
+            Lk,
+            n_kv,
+            qk_scale,
+            BN,
+            STAGES,
+            FP16,
+            QK8,
+            s_layout,
+            o_layout,
+            p_layout,
+        )
     else:
         # Fixed shift (see attention_hopper's docstring): c |q_i| max_j |k_j| bounds every score of
         # row i from above (Cauchy-Schwarz), block 0's max m bounds the row's max from below. Where
@@ -290,12 +512,53 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_read
         if use_fixed != 0:
             bound = qk_scale * _row_norms(q_i, BM, D, s_layout) * k_norm_max
         if gl.min((bound - m <= 128.0).to(gl.int32), axis=0) == 1:
-            o, l = _fixed_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s,
-                               gl.maximum(m, bound - 64.0), Lk, n_kv, qk_scale, ones_smem.permute((1, 0)), BM, BN,
-                               STAGES, QK8, s_layout, p_layout)
+            o, l = _fixed_loop(
+                q_i,
+                k_smem,
+                v_smem,
+                k_ready,
+                v_ready,
+                k_empty,
+                v_empty,
+                zero_s,
+                o,
+                s,
+                gl.maximum(m, bound - 64.0),
+                Lk,
+                n_kv,
+                qk_scale,
+                ones_smem.permute((1, 0)),
+                BM,
+                BN,
+                STAGES,
+                QK8,
+                s_layout,
+                p_layout,
+            )
         else:
-            o, l = _online_loop(q_i, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, zero_s, o, s, m, Lk, n_kv,
-                                qk_scale, BN, STAGES, FP16, QK8, s_layout, o_layout, p_layout)
+            o, l = _online_loop(
+                q_i,
+                k_smem,
+                v_smem,
+                k_ready,
+                v_ready,
+                k_empty,
+                v_empty,
+                zero_s,
+                o,
+                s,
+                m,
+                Lk,
+                n_kv,
+                qk_scale,
+                BN,
+                STAGES,
+                FP16,
+                QK8,
+                s_layout,
+                o_layout,
+                p_layout,
+            )
 
     o = o / gl.expand_dims(gl.convert_layout(l, gl.SliceLayout(1, o_layout)), 1)
     rows = gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
@@ -306,33 +569,186 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, ones_smem, q_bar, k_read
 
 # one function per consumer partition (gl.warp_specialize takes functions, the index is a constexpr)
 @gluon.jit
-def _consumer0(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed):
-    _consumer(0, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed)
+def _consumer0(
+    q_smem,
+    k_smem,
+    v_smem,
+    ones_smem,
+    q_bar,
+    k_ready,
+    v_ready,
+    k_empty,
+    v_empty,
+    o_ptr,
+    o_row_stride,
+    q_row_in_batch,
+    o_row0,
+    col,
+    Lq,
+    Lk,
+    n_kv,
+    qk_scale,
+    row_factor_ptr,
+    N,
+    k_norm_max,
+    use_fixed,
+):
+    _consumer(
+        0,
+        q_smem,
+        k_smem,
+        v_smem,
+        ones_smem,
+        q_bar,
+        k_ready,
+        v_ready,
+        k_empty,
+        v_empty,
+        o_ptr,
+        o_row_stride,
+        q_row_in_batch,
+        o_row0,
+        col,
+        Lq,
+        Lk,
+        n_kv,
+        qk_scale,
+        row_factor_ptr,
+        N,
+        k_norm_max,
+        use_fixed,
+    )
 
 
 @gluon.jit
-def _consumer1(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed):
-    _consumer(1, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed)
+def _consumer1(
+    q_smem,
+    k_smem,
+    v_smem,
+    ones_smem,
+    q_bar,
+    k_ready,
+    v_ready,
+    k_empty,
+    v_empty,
+    o_ptr,
+    o_row_stride,
+    q_row_in_batch,
+    o_row0,
+    col,
+    Lq,
+    Lk,
+    n_kv,
+    qk_scale,
+    row_factor_ptr,
+    N,
+    k_norm_max,
+    use_fixed,
+):
+    _consumer(
+        1,
+        q_smem,
+        k_smem,
+        v_smem,
+        ones_smem,
+        q_bar,
+        k_ready,
+        v_ready,
+        k_empty,
+        v_empty,
+        o_ptr,
+        o_row_stride,
+        q_row_in_batch,
+        o_row0,
+        col,
+        Lq,
+        Lk,
+        n_kv,
+        qk_scale,
+        row_factor_ptr,
+        N,
+        k_norm_max,
+        use_fixed,
+    )
 
 
 @gluon.jit
-def _consumer2(q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-               q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed):
-    _consumer(2, q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-              q_row_in_batch, o_row0, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed)
+def _consumer2(
+    q_smem,
+    k_smem,
+    v_smem,
+    ones_smem,
+    q_bar,
+    k_ready,
+    v_ready,
+    k_empty,
+    v_empty,
+    o_ptr,
+    o_row_stride,
+    q_row_in_batch,
+    o_row0,
+    col,
+    Lq,
+    Lk,
+    n_kv,
+    qk_scale,
+    row_factor_ptr,
+    N,
+    k_norm_max,
+    use_fixed,
+):
+    _consumer(
+        2,
+        q_smem,
+        k_smem,
+        v_smem,
+        ones_smem,
+        q_bar,
+        k_ready,
+        v_ready,
+        k_empty,
+        v_empty,
+        o_ptr,
+        o_row_stride,
+        q_row_in_batch,
+        o_row0,
+        col,
+        Lq,
+        Lk,
+        n_kv,
+        qk_scale,
+        row_factor_ptr,
+        N,
+        k_norm_max,
+        use_fixed,
+    )
 
 
 # Lk and use_fixed unspecialized: self- and cross-attention (Lk 32760 and 512, one of them a multiple
 # of 16) share one compiled kernel, halving the JIT a first forward waits for
 @gluon.jit(do_not_specialize=["Lk", "use_fixed"])
 def _attention_hopper_fwd_kernel(
-    q_desc, k_desc, v_desc, o_ptr, o_row_stride, Lq, Lk, N, qk_scale, row_factor_ptr, k_norm_max_ptr, use_fixed,
-    BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, FP16: gl.constexpr,
-    QK8: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, WGS: gl.constexpr,
+    q_desc,
+    k_desc,
+    v_desc,
+    o_ptr,
+    o_row_stride,
+    Lq,
+    Lk,
+    N,
+    qk_scale,
+    row_factor_ptr,
+    k_norm_max_ptr,
+    use_fixed,
+    BM: gl.constexpr,
+    BN: gl.constexpr,
+    D: gl.constexpr,
+    STAGES: gl.constexpr,
+    FP16: gl.constexpr,
+    QK8: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+    LOADER_REGS: gl.constexpr,
+    WGS: gl.constexpr,
 ):
     # one CTA: WGS * BM query rows of one (batch, head), BM per consumer warpgroup
     gl.static_assert(WGS == 2 or WGS == 3, "2 or 3 consumer warpgroups")
@@ -368,16 +784,57 @@ def _attention_hopper_fwd_kernel(
         mbarrier.init(v_empty.index(i), count=WGS)
     fence_async_shared()
 
-    consumer = (q_smem, k_smem, v_smem, ones_smem, q_bar, k_ready, v_ready, k_empty, v_empty, o_ptr, o_row_stride,
-                q_row_in_batch, q_row, col, Lq, Lk, n_kv, qk_scale, row_factor_ptr, N, k_norm_max, use_fixed)
-    loader = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, q_row,
-              kv_row0, col, n_kv)
+    consumer = (
+        q_smem,
+        k_smem,
+        v_smem,
+        ones_smem,
+        q_bar,
+        k_ready,
+        v_ready,
+        k_empty,
+        v_empty,
+        o_ptr,
+        o_row_stride,
+        q_row_in_batch,
+        q_row,
+        col,
+        Lq,
+        Lk,
+        n_kv,
+        qk_scale,
+        row_factor_ptr,
+        N,
+        k_norm_max,
+        use_fixed,
+    )
+    loader = (
+        q_desc,
+        k_desc,
+        v_desc,
+        q_smem,
+        k_smem,
+        v_smem,
+        q_bar,
+        k_ready,
+        v_ready,
+        k_empty,
+        v_empty,
+        q_row,
+        kv_row0,
+        col,
+        n_kv,
+    )
     if WGS == 3:
-        gl.warp_specialize([(_consumer0, consumer), (_consumer1, consumer), (_consumer2, consumer), (_loader, loader)],
-                           [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS])
+        gl.warp_specialize(
+            [(_consumer0, consumer), (_consumer1, consumer), (_consumer2, consumer), (_loader, loader)],
+            [4, 4, 1],
+            [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS],
+        )
     else:
-        gl.warp_specialize([(_consumer0, consumer), (_consumer1, consumer), (_loader, loader)], [4, 1],
-                           [CONSUMER_REGS, LOADER_REGS])
+        gl.warp_specialize(
+            [(_consumer0, consumer), (_consumer1, consumer), (_loader, loader)], [4, 1], [CONSUMER_REGS, LOADER_REGS]
+        )
 
 
 def _token_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -387,8 +844,14 @@ def _token_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
     the DiT's q and k, and v as a column slice of the fused QKV output."""
     b, l, n, d = x.shape
     row = x.stride(1)
-    ok = (x.stride(3) == 1 and (n == 1 or x.stride(2) == d) and (b == 1 or x.stride(0) == l * row)
-          and row >= n * d and (row * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0)
+    ok = (
+        x.stride(3) == 1
+        and (n == 1 or x.stride(2) == d)
+        and (b == 1 or x.stride(0) == l * row)
+        and row >= n * d
+        and (row * x.element_size()) % 16 == 0
+        and x.data_ptr() % 16 == 0
+    )
     if not ok:
         x = x.contiguous()
         row = n * d
@@ -452,9 +915,27 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_int8: bool = Fa
     wgs, bn, stages, regs = INT8_CONFIG if qk_int8 else CONFIG
     grid = (triton.cdiv(lq, wgs * BLOCK_M), b * n)
     _attention_hopper_fwd_kernel[grid](
-        _descriptor(q, BLOCK_M), _descriptor(k, bn), _descriptor(v, bn), out, n * d, lq, lk, n,
-        c, row_factor, k_norms, int(use_fixed),
-        BM=BLOCK_M, BN=bn, D=d, STAGES=stages, FP16=fp16, QK8=qk_int8,
-        CONSUMER_REGS=regs, LOADER_REGS=LOADER_REGS, WGS=wgs,
-        num_warps=4)
+        _descriptor(q, BLOCK_M),
+        _descriptor(k, bn),
+        _descriptor(v, bn),
+        out,
+        n * d,
+        lq,
+        lk,
+        n,
+        c,
+        row_factor,
+        k_norms,
+        int(use_fixed),
+        BM=BLOCK_M,
+        BN=bn,
+        D=d,
+        STAGES=stages,
+        FP16=fp16,
+        QK8=qk_int8,
+        CONSUMER_REGS=regs,
+        LOADER_REGS=LOADER_REGS,
+        WGS=wgs,
+        num_warps=4,
+    )
     return out

@@ -131,14 +131,32 @@ def _descriptor(arg, rows, cols, row_stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.
     if isinstance(arg, tl.tensor_descriptor):
         return arg
     else:
-        return tl.make_tensor_descriptor(arg, shape=[rows, cols], strides=[row_stride, 1],
-                                         block_shape=[BLOCK_R, BLOCK_C])
+        return tl.make_tensor_descriptor(
+            arg, shape=[rows, cols], strides=[row_stride, 1], block_shape=[BLOCK_R, BLOCK_C]
+        )
 
 
 @triton.jit
 def _attend_tile(
-    acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_desc, bh, k_row, v_row, k_col, v_col, n0, Lk,
-    QK_MODE: tl.constexpr, PV_FP8: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr,
+    acc,
+    m_i,
+    l_i,
+    q,
+    c_row,
+    k_desc,
+    v_desc,
+    ks_desc,
+    bh,
+    k_row,
+    v_row,
+    k_col,
+    v_col,
+    n0,
+    Lk,
+    QK_MODE: tl.constexpr,
+    PV_FP8: tl.constexpr,
+    MASK: tl.constexpr,
+    DOT_F32: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
     k = k_desc.load([k_row + n0, k_col])  # [BLOCK_N, DK]
@@ -176,10 +194,32 @@ def _attend_tile(
 
 @triton.jit
 def _flash_fwd_kernel(
-    q_arg, k_arg, v_arg, qs_arg, ks_arg, o_ptr, vs_ptr,
-    B, Lq, Lk, N, stride_q, stride_k, stride_v, stride_o, stride_qs, stride_ks, qk_scale,
-    D: tl.constexpr, DK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, QK_MODE: tl.constexpr,
-    PV_FP8: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, DOT_F32: tl.constexpr,
+    q_arg,
+    k_arg,
+    v_arg,
+    qs_arg,
+    ks_arg,
+    o_ptr,
+    vs_ptr,
+    B,
+    Lq,
+    Lk,
+    N,
+    stride_q,
+    stride_k,
+    stride_v,
+    stride_o,
+    stride_qs,
+    stride_ks,
+    qk_scale,
+    D: tl.constexpr,
+    DK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    QK_MODE: tl.constexpr,
+    PV_FP8: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+    DOT_F32: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -213,30 +253,107 @@ def _flash_fwd_kernel(
     v_col = h * D
     if WARP_SPECIALIZE:  # one loop, every tile masked: Hopper's warp specialization refuses a branch after it
         for n0 in tl.range(0, Lk, BLOCK_N, warp_specialize=True):
-            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_desc, bh, k_row, v_row, k_col,
-                                         v_col, n0, Lk, QK_MODE, PV_FP8, True, DOT_F32, BLOCK_N)
+            acc, m_i, l_i = _attend_tile(
+                acc,
+                m_i,
+                l_i,
+                q,
+                c_row,
+                k_desc,
+                v_desc,
+                ks_desc,
+                bh,
+                k_row,
+                v_row,
+                k_col,
+                v_col,
+                n0,
+                Lk,
+                QK_MODE,
+                PV_FP8,
+                True,
+                DOT_F32,
+                BLOCK_N,
+            )
     else:  # full tiles unmasked, then the partial one
         n_full = (Lk // BLOCK_N) * BLOCK_N
         for n0 in tl.range(0, n_full, BLOCK_N):
-            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_desc, bh, k_row, v_row, k_col,
-                                         v_col, n0, Lk, QK_MODE, PV_FP8, False, DOT_F32, BLOCK_N)
+            acc, m_i, l_i = _attend_tile(
+                acc,
+                m_i,
+                l_i,
+                q,
+                c_row,
+                k_desc,
+                v_desc,
+                ks_desc,
+                bh,
+                k_row,
+                v_row,
+                k_col,
+                v_col,
+                n0,
+                Lk,
+                QK_MODE,
+                PV_FP8,
+                False,
+                DOT_F32,
+                BLOCK_N,
+            )
         if n_full < Lk:
-            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, c_row, k_desc, v_desc, ks_desc, bh, k_row, v_row, k_col,
-                                         v_col, n_full, Lk, QK_MODE, PV_FP8, True, DOT_F32, BLOCK_N)
+            acc, m_i, l_i = _attend_tile(
+                acc,
+                m_i,
+                l_i,
+                q,
+                c_row,
+                k_desc,
+                v_desc,
+                ks_desc,
+                bh,
+                k_row,
+                v_row,
+                k_col,
+                v_col,
+                n_full,
+                Lk,
+                QK_MODE,
+                PV_FP8,
+                True,
+                DOT_F32,
+                BLOCK_N,
+            )
 
     out = acc * (1.0 / l_i)[:, None]
     offs_d = tl.arange(0, D)
     if PV_FP8:
         out = out * tl.load(vs_ptr + bh * D + offs_d)[None, :]
     rows = (b * Lq + offs_m).to(tl.int64)
-    tl.store(o_ptr + rows[:, None] * stride_o + h * D + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
-             mask=(offs_m < Lq)[:, None])
+    tl.store(
+        o_ptr + rows[:, None] * stride_o + h * D + offs_d[None, :],
+        out.to(o_ptr.dtype.element_ty),
+        mask=(offs_m < Lq)[:, None],
+    )
 
 
 @triton.jit
 def _quantize_rows_kernel(
-    x_ptr, mean_ptr, out_ptr, scale_ptr, R, L, N, stride_b, stride_l, scale_row, mult, min_amax,
-    INT8: tl.constexpr, SMOOTH: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr,
+    x_ptr,
+    mean_ptr,
+    out_ptr,
+    scale_ptr,
+    R,
+    L,
+    N,
+    stride_b,
+    stride_l,
+    scale_row,
+    mult,
+    min_amax,
+    INT8: tl.constexpr,
+    SMOOTH: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_R: tl.constexpr,
 ):
     # rows r = (b L + l) N + h of the [B*L*N, D] output; the input may space its tokens wider
     r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -246,8 +363,9 @@ def _quantize_rows_kernel(
     b = tok // L
     l = tok % L
     cols = tl.arange(0, D)
-    x = tl.load(x_ptr + (b * stride_b + l * stride_l + h * D)[:, None] + cols[None, :], mask=live[:, None],
-                other=0.0).to(tl.float32)
+    x = tl.load(
+        x_ptr + (b * stride_b + l * stride_l + h * D)[:, None] + cols[None, :], mask=live[:, None], other=0.0
+    ).to(tl.float32)
     if SMOOTH:
         x -= tl.load(mean_ptr + ((b * N + h) * D)[:, None] + cols[None, :], mask=live[:, None], other=0.0)
     amax = tl.maximum(tl.max(tl.abs(x), axis=1), min_amax)
@@ -263,16 +381,20 @@ def _quantize_rows_kernel(
 
 
 @triton.jit
-def _quantize_v_kernel(v_ptr, inv_ptr, vt_ptr, L, N, stride_b, stride_l, vt_row, D: tl.constexpr,
-                       BLOCK_L: tl.constexpr):
+def _quantize_v_kernel(
+    v_ptr, inv_ptr, vt_ptr, L, N, stride_b, stride_l, vt_row, D: tl.constexpr, BLOCK_L: tl.constexpr
+):
     bh = tl.program_id(1)
     b = bh // N
     h = bh % N
     offs_l = tl.program_id(0) * BLOCK_L + tl.arange(0, BLOCK_L)
     offs_d = tl.arange(0, D)
     live = (offs_l < L)[:, None]
-    v = tl.load(v_ptr + b.to(tl.int64) * stride_b + offs_l[:, None].to(tl.int64) * stride_l + h * D + offs_d[None, :],
-                mask=live, other=0.0).to(tl.float32)
+    v = tl.load(
+        v_ptr + b.to(tl.int64) * stride_b + offs_l[:, None].to(tl.int64) * stride_l + h * D + offs_d[None, :],
+        mask=live,
+        other=0.0,
+    ).to(tl.float32)
     y = (v * tl.load(inv_ptr + bh * D + offs_d)[None, :]).to(tl.float8e4nv)  # [BLOCK_L, D]
     tl.store(vt_ptr + (bh * D + offs_d)[None, :].to(tl.int64) * vt_row + offs_l[:, None], y, mask=live)
 
@@ -302,8 +424,24 @@ def _quantize_rows(x: torch.Tensor, mean: torch.Tensor | None, int8: bool, mult:
     rows, block_r = b * l * n, 16
     if rows:
         _quantize_rows_kernel[(triton.cdiv(rows, block_r),)](
-            x, mean if mean is not None else x, x8, scale, rows, l, n, x.stride(0), x.stride(1), scale.stride(1),
-            mult, _MIN_AMAX, INT8=int8, SMOOTH=mean is not None, D=d, BLOCK_R=block_r, num_warps=4)
+            x,
+            mean if mean is not None else x,
+            x8,
+            scale,
+            rows,
+            l,
+            n,
+            x.stride(0),
+            x.stride(1),
+            scale.stride(1),
+            mult,
+            _MIN_AMAX,
+            INT8=int8,
+            SMOOTH=mean is not None,
+            D=d,
+            BLOCK_R=block_r,
+            num_warps=4,
+        )
     return x8, scale
 
 
@@ -349,8 +487,9 @@ def quantize_v(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     elif vt.numel():
         if v.stride(3) != 1 or (n > 1 and v.stride(2) != d):
             v = v.contiguous()
-        _quantize_v_kernel[(triton.cdiv(lk, 64), b * n)](v, inv, vt, lk, n, v.stride(0), v.stride(1), vt.shape[-1],
-                                                        D=d, BLOCK_L=64, num_warps=4)
+        _quantize_v_kernel[(triton.cdiv(lk, 64), b * n)](
+            v, inv, vt, lk, n, v.stride(0), v.stride(1), vt.shape[-1], D=d, BLOCK_L=64, num_warps=4
+        )
     return vt, amax / FP8_MAX
 
 
@@ -358,8 +497,14 @@ def _token_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
     """x [B, L, N, D] as TMA rows of a [B*L, N*D] matrix: (x or a contiguous copy, row stride)."""
     b, l, n, d = x.shape
     row = x.stride(1)
-    ok = (x.stride(3) == 1 and (n == 1 or x.stride(2) == d) and (b == 1 or x.stride(0) == l * row)
-          and (row * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0 and row >= n * d)
+    ok = (
+        x.stride(3) == 1
+        and (n == 1 or x.stride(2) == d)
+        and (b == 1 or x.stride(0) == l * row)
+        and (row * x.element_size()) % 16 == 0
+        and x.data_ptr() % 16 == 0
+        and row >= n * d
+    )
     if not ok:
         x = x.contiguous()
         row = n * d
@@ -408,18 +553,42 @@ def _launch(q, k, v, qk, pv, cfg: FlashConfig):
     else:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        args = (TensorDescriptor(q_in, [b * lq, n * dk], [stride_q, 1], [cfg.block_m, dk]),
-                TensorDescriptor(k_in, [b * lk, n * dk], [stride_k, 1], [cfg.block_n, dk]),
-                TensorDescriptor(v_in, v_shape, [stride_v, 1], v_block),
-                TensorDescriptor(qs, [b * n, lq], [stride_qs, 1], [1, cfg.block_m]) if qk != "exact" else qs,
-                TensorDescriptor(ks, [b * n, lk], [stride_ks, 1], [1, cfg.block_n]) if qk != "exact" else ks)
+        args = (
+            TensorDescriptor(q_in, [b * lq, n * dk], [stride_q, 1], [cfg.block_m, dk]),
+            TensorDescriptor(k_in, [b * lk, n * dk], [stride_k, 1], [cfg.block_n, dk]),
+            TensorDescriptor(v_in, v_shape, [stride_v, 1], v_block),
+            TensorDescriptor(qs, [b * n, lq], [stride_qs, 1], [1, cfg.block_m]) if qk != "exact" else qs,
+            TensorDescriptor(ks, [b * n, lk], [stride_ks, 1], [1, cfg.block_n]) if qk != "exact" else ks,
+        )
     extra = {"maxnreg": cfg.maxnreg} if cfg.maxnreg and not INTERPRET else {}
     grid = (triton.cdiv(lq, cfg.block_m), b * n)
     _flash_fwd_kernel[grid](
-        *args, out, vs, b, lq, lk, n, stride_q, stride_k, stride_v, out.stride(1), stride_qs, stride_ks, qk_scale,
-        D=d, DK=dk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, QK_MODE=QK_MODES.index(qk), PV_FP8=pv == "e4m3",
-        WARP_SPECIALIZE=cfg.warp_specialize, DOT_F32=INTERPRET,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra)
+        *args,
+        out,
+        vs,
+        b,
+        lq,
+        lk,
+        n,
+        stride_q,
+        stride_k,
+        stride_v,
+        out.stride(1),
+        stride_qs,
+        stride_ks,
+        qk_scale,
+        D=d,
+        DK=dk,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        QK_MODE=QK_MODES.index(qk),
+        PV_FP8=pv == "e4m3",
+        WARP_SPECIALIZE=cfg.warp_specialize,
+        DOT_F32=INTERPRET,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+        **extra,
+    )
     return out
 
 
@@ -432,8 +601,9 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk: str = "exac
     scores: small shapes only.
     """
     if qk == "exact" and pv == "exact":
-        o = F.scaled_dot_product_attention(q.float().transpose(1, 2), k.float().transpose(1, 2),
-                                           v.float().transpose(1, 2))  # [B, N, Lq, D]
+        o = F.scaled_dot_product_attention(
+            q.float().transpose(1, 2), k.float().transpose(1, 2), v.float().transpose(1, 2)
+        )  # [B, N, Lq, D]
         return o.transpose(1, 2).to(q.dtype)
     if qk == "exact":
         s = torch.einsum("bind,bjnd->bnij", q.float(), k.float()) * (_LOG2E / math.sqrt(q.shape[-1]))
@@ -459,17 +629,29 @@ def _check_config(c: FlashConfig, qk: str, pv: str) -> None:
     if pv == "e4m3" and c.block_n < MIN_DOT_K_8BIT:
         raise ValueError(f"config {c}: pv='e4m3' needs block_n >= {MIN_DOT_K_8BIT} (the 8-bit P V dot's K)")
     if c.warp_specialize and (qk != "exact" or pv != "exact"):
-        raise ValueError(f"config {c}: warp_specialize takes qk='exact' and pv='exact' only, got qk={qk!r}, "
-                         f"pv={pv!r} (int8 Q K^T lost the CUDA context on an H200, Triton 3.6)")
+        raise ValueError(
+            f"config {c}: warp_specialize takes qk='exact' and pv='exact' only, got qk={qk!r}, "
+            f"pv={pv!r} (int8 Q K^T lost the CUDA context on an H200, Triton 3.6)"
+        )
     if c.warp_specialize and c.num_stages > 2:
-        raise ValueError(f"config {c}: warp_specialize takes num_stages <= 2 (3 stages returned NaN on an "
-                         "H200, Triton 3.6)")
+        raise ValueError(
+            f"config {c}: warp_specialize takes num_stages <= 2 (3 stages returned NaN on an H200, Triton 3.6)"
+        )
 
 
 @torch.library.custom_op("wanscope::attention_flash", mutates_args=())
 def _attention_flash_op(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk: str, pv: str, block_m: int, block_n: int,
-    num_warps: int, num_stages: int, warp_specialize: bool, maxnreg: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    qk: str,
+    pv: str,
+    block_m: int,
+    block_n: int,
+    num_warps: int,
+    num_stages: int,
+    warp_specialize: bool,
+    maxnreg: int,
 ) -> torch.Tensor:
     if use_triton(q):
         cfg = FlashConfig(block_m, block_n, num_warps, num_stages, warp_specialize, maxnreg)
@@ -483,7 +665,11 @@ def _(q, k, v, qk, pv, block_m, block_n, num_warps, num_stages, warp_specialize,
 
 
 def attention_flash(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk: str = "exact", pv: str = "exact",
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    qk: str = "exact",
+    pv: str = "exact",
     config: FlashConfig | None = None,
 ) -> torch.Tensor:
     """Softmax attention without mask, scale ``1/sqrt(D)``: see the module docstring.
@@ -505,8 +691,9 @@ def attention_flash(
         ValueError: shapes, dtypes, modes or a config outside the above (``FlashConfig``).
     """
     if q.ndim != 4 or k.shape != v.shape or k.ndim != 4 or (q.shape[0], q.shape[2:]) != (k.shape[0], k.shape[2:]):
-        raise ValueError(f"q [B, Lq, N, D] and k, v [B, Lk, N, D] expected, got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"q [B, Lq, N, D] and k, v [B, Lk, N, D] expected, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     if q.shape[-1] not in (16, 32, 64, 128):
         raise ValueError(f"head dim must be 16, 32, 64 or 128, got {q.shape[-1]}")
     if k.shape[1] < 1:
@@ -519,5 +706,6 @@ def attention_flash(
         raise ValueError(f"the Triton kernel takes bf16 or fp16, got {q.dtype}")
     c = config or (FlashConfig() if qk == pv == "exact" else FLASH_8BIT)
     _check_config(c, qk, pv)
-    return torch.ops.wanscope.attention_flash(q, k, v, qk, pv, c.block_m, c.block_n, c.num_warps, c.num_stages,
-                                              c.warp_specialize, c.maxnreg)
+    return torch.ops.wanscope.attention_flash(
+        q, k, v, qk, pv, c.block_m, c.block_n, c.num_warps, c.num_stages, c.warp_specialize, c.maxnreg
+    )

@@ -184,8 +184,9 @@ def attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_int8:
             or Triton without Gluon's Hopper module (the message says which).
     """
     if q.ndim != 4 or k.ndim != 4 or k.shape != v.shape or (q.shape[0], q.shape[2:]) != (k.shape[0], k.shape[2:]):
-        raise ValueError(f"q [B, Lq, N, D] and k, v [B, Lk, N, D] expected, got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"q [B, Lq, N, D] and k, v [B, Lk, N, D] expected, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in DTYPES:
         raise ValueError(f"q, k, v must share one dtype, bf16 or fp16, got {q.dtype}, {k.dtype}, {v.dtype}")
     if q.shape[-1] not in HEAD_DIMS:

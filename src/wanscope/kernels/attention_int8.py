@@ -54,8 +54,19 @@ _LOG2E = 1.4426950408889634
 
 @triton.jit
 def _quantize_int8_rows_kernel(
-    x_ptr, mean_ptr, q_ptr, scale_ptr, R, LN, N, D, mult, min_amax,
-    SMOOTH: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    x_ptr,
+    mean_ptr,
+    q_ptr,
+    scale_ptr,
+    R,
+    LN,
+    N,
+    D,
+    mult,
+    min_amax,
+    SMOOTH: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     # rows r of the [B*L*N, D] view of a contiguous [B, L, N, D]: batch r // LN, head r % N
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -74,12 +85,28 @@ def _quantize_int8_rows_kernel(
 
 @triton.jit
 def _attn_tile(
-    acc, m_i, l_i, q, qs, k_base, ks_base, v_base, start_n, L, N, offs_n, offs_d, D,
-    stride_kl, stride_vl, stride_vd,
-    FP8_PV: tl.constexpr, MASK: tl.constexpr,
+    acc,
+    m_i,
+    l_i,
+    q,
+    qs,
+    k_base,
+    ks_base,
+    v_base,
+    start_n,
+    L,
+    N,
+    offs_n,
+    offs_d,
+    D,
+    stride_kl,
+    stride_vl,
+    stride_vd,
+    FP8_PV: tl.constexpr,
+    MASK: tl.constexpr,
 ):
     cols = start_n + offs_n
-    kv_mask = (offs_d[None, :] < D)
+    kv_mask = offs_d[None, :] < D
     if MASK:
         kv_mask = kv_mask & (cols[:, None] < L)
     k = tl.load(k_base + cols[:, None] * stride_kl + offs_d[None, :], mask=kv_mask, other=0)  # [BN, BD] int8
@@ -118,13 +145,30 @@ def _prune_tall_tiles(configs, named_args, **kwargs):
     return fit or [min(configs, key=lambda c: (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]))]
 
 
-@triton.autotune(configs=_configs(), key=["L", "BLOCK_D", "FP8_PV"],
-                 prune_configs_by={"early_config_prune": _prune_tall_tiles})
+@triton.autotune(
+    configs=_configs(), key=["L", "BLOCK_D", "FP8_PV"], prune_configs_by={"early_config_prune": _prune_tall_tiles}
+)
 @triton.jit
 def _attention_int8_kernel(
-    q_ptr, qs_ptr, k_ptr, ks_ptr, v_ptr, vs_ptr, o_ptr, L, N, D,
-    stride_vb, stride_vh, stride_vl, stride_vd, stride_ol,
-    FP8_PV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    q_ptr,
+    qs_ptr,
+    k_ptr,
+    ks_ptr,
+    v_ptr,
+    vs_ptr,
+    o_ptr,
+    L,
+    N,
+    D,
+    stride_vb,
+    stride_vh,
+    stride_vl,
+    stride_vd,
+    stride_ol,
+    FP8_PV: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
@@ -145,17 +189,58 @@ def _attention_int8_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     l_full = (L // BLOCK_N) * BLOCK_N
     for start_n in range(0, l_full, BLOCK_N):
-        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, qs, k_base, ks_base, v_base, start_n, L, N, offs_n, offs_d,
-                                   D, row_l, stride_vl, stride_vd, FP8_PV=FP8_PV, MASK=False)
+        acc, m_i, l_i = _attn_tile(
+            acc,
+            m_i,
+            l_i,
+            q,
+            qs,
+            k_base,
+            ks_base,
+            v_base,
+            start_n,
+            L,
+            N,
+            offs_n,
+            offs_d,
+            D,
+            row_l,
+            stride_vl,
+            stride_vd,
+            FP8_PV=FP8_PV,
+            MASK=False,
+        )
     if l_full < L:
-        acc, m_i, l_i = _attn_tile(acc, m_i, l_i, q, qs, k_base, ks_base, v_base, l_full, L, N, offs_n, offs_d,
-                                   D, row_l, stride_vl, stride_vd, FP8_PV=FP8_PV, MASK=True)
+        acc, m_i, l_i = _attn_tile(
+            acc,
+            m_i,
+            l_i,
+            q,
+            qs,
+            k_base,
+            ks_base,
+            v_base,
+            l_full,
+            L,
+            N,
+            offs_n,
+            offs_d,
+            D,
+            row_l,
+            stride_vl,
+            stride_vd,
+            FP8_PV=FP8_PV,
+            MASK=True,
+        )
     out = acc / l_i[:, None]
     if FP8_PV:
         out *= tl.load(vs_ptr + bh * D + offs_d, mask=offs_d < D, other=0.0)[None, :] / 448.0
     o_mask = (offs_m[:, None] < L) & (offs_d[None, :] < D)
-    tl.store(o_ptr + (b * L + offs_m[:, None]) * stride_ol + h * D + offs_d[None, :],
-             out.to(o_ptr.dtype.element_ty), mask=o_mask)
+    tl.store(
+        o_ptr + (b * L + offs_m[:, None]) * stride_ol + h * D + offs_d[None, :],
+        out.to(o_ptr.dtype.element_ty),
+        mask=o_mask,
+    )
 
 
 def quantize_qk(x: torch.Tensor, mult: float, smooth: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,8 +264,21 @@ def quantize_qk(x: torch.Tensor, mult: float, smooth: bool) -> tuple[torch.Tenso
     rows, block_r = b * l * n, 16
     if rows:
         _quantize_int8_rows_kernel[(triton.cdiv(rows, block_r),)](
-            x, mean if smooth else x, q, scale, rows, l * n, n, d, mult, _MIN_AMAX,
-            SMOOTH=smooth, BLOCK_R=block_r, BLOCK_D=triton.next_power_of_2(d), num_warps=4)
+            x,
+            mean if smooth else x,
+            q,
+            scale,
+            rows,
+            l * n,
+            n,
+            d,
+            mult,
+            _MIN_AMAX,
+            SMOOTH=smooth,
+            BLOCK_R=block_r,
+            BLOCK_D=triton.next_power_of_2(d),
+            num_warps=4,
+        )
     return q, scale
 
 
@@ -204,13 +302,28 @@ def _launch(q, k, v, pv_fp8):
         strides = (v.stride(0), v.stride(2), v.stride(1), v.stride(3))
     out = torch.empty((b, l, n, d), dtype=q.dtype, device=q.device)
     if out.numel():
+
         def grid(meta):
             return (triton.cdiv(l, meta["BLOCK_M"]), b * n)
 
         # Triton's 8-bit tl.dot needs K >= 32 on NVIDIA (backends/nvidia/compiler.py,
         # min_dot_size): D = 16 runs in a 32-wide tile, the masked columns loading as zeros
-        _attention_int8_kernel[grid](q8, qs, k8, ks, v_in, vs, out, l, n, d, *strides, out.stride(1),
-                                     FP8_PV=pv_fp8, BLOCK_D=max(32, triton.next_power_of_2(d)))
+        _attention_int8_kernel[grid](
+            q8,
+            qs,
+            k8,
+            ks,
+            v_in,
+            vs,
+            out,
+            l,
+            n,
+            d,
+            *strides,
+            out.stride(1),
+            FP8_PV=pv_fp8,
+            BLOCK_D=max(32, triton.next_power_of_2(d)),
+        )
     return out
 
 
@@ -265,8 +378,9 @@ def attention_int8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pv_fp8: bo
         ValueError: shapes outside the above.
     """
     if q.ndim != 4 or q.shape != k.shape or q.shape != v.shape:
-        raise ValueError(f"q, k, v must be one [B, L, N, D] shape, got {tuple(q.shape)}, {tuple(k.shape)}, "
-                         f"{tuple(v.shape)}")
+        raise ValueError(
+            f"q, k, v must be one [B, L, N, D] shape, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     d = q.shape[-1]
     if d not in (16, 32, 64, 128):
         raise ValueError(f"head dim must be 16, 32, 64 or 128, got {d}")

@@ -81,8 +81,15 @@ def _store_row_part(q_row, x, cols, inv, K):
 
 @triton.jit
 def _quantize_fp8_rows_kernel(
-    x_ptr, q_ptr, scale_ptr, K, stride_row, min_amax,
-    GELU: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
+    x_ptr,
+    q_ptr,
+    scale_ptr,
+    K,
+    stride_row,
+    min_amax,
+    GELU: tl.constexpr,
+    BLOCK_A: tl.constexpr,
+    BLOCK_B: tl.constexpr,
 ):
     # one row, held in registers as two power-of-2 parts (K = 8960: 8192 + 1024, 3% padding), so
     # it is read from memory and activated once: reduce, then scale and store
@@ -117,14 +124,26 @@ def _launch(x: torch.Tensor, gelu: bool) -> tuple[torch.Tensor, torch.Tensor]:
     # with GELU: 8 warps 352 us, 16: 354, 4: 656; benchmarks/RESULTS.md, session 7)
     m, k = x.shape
     if k > MAX_ROW:
-        raise ValueError(f"quantize_fp8_rows: rows of {k} elements, at most {MAX_ROW} on the Triton path "
-                         "(each row is held in registers)")
+        raise ValueError(
+            f"quantize_fp8_rows: rows of {k} elements, at most {MAX_ROW} on the Triton path "
+            "(each row is held in registers)"
+        )
     q = torch.empty((m, k), dtype=FP8, device=x.device)
     scale = torch.empty((m, 1), dtype=torch.float32, device=x.device)
     if m:
         block_a, block_b = _row_parts(k)
-        _quantize_fp8_rows_kernel[(m,)](x, q, scale, k, x.stride(0), _MIN_AMAX, GELU=gelu, BLOCK_A=block_a,
-                                        BLOCK_B=block_b, num_warps=min(16, max(1, block_a // 1024)))
+        _quantize_fp8_rows_kernel[(m,)](
+            x,
+            q,
+            scale,
+            k,
+            x.stride(0),
+            _MIN_AMAX,
+            GELU=gelu,
+            BLOCK_A=block_a,
+            BLOCK_B=block_b,
+            num_warps=min(16, max(1, block_a // 1024)),
+        )
     return q, scale
 
 
@@ -193,8 +212,9 @@ class FP8Linear(nn.Module):
             reduced precision; faster, less accurate for large K). Ignored on the CPU.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, gelu_input: bool = False,
-                 fast_accum: bool = False):
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None, gelu_input: bool = False, fast_accum: bool = False
+    ):
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self.gelu_input, self.fast_accum = gelu_input, fast_accum
@@ -209,15 +229,27 @@ class FP8Linear(nn.Module):
         x2 = x.reshape(-1, x.shape[-1])  # [M, K]
         q, scale = quantize_fp8_rows(x2, self.gelu_input)
         if x.is_cuda:
-            out = torch._scaled_mm(q, self.weight_fp8.t(), scale_a=scale, scale_b=self.weight_scale,
-                                   bias=self.bias, out_dtype=self.out_dtype, use_fast_accum=self.fast_accum)
+            out = torch._scaled_mm(
+                q,
+                self.weight_fp8.t(),
+                scale_a=scale,
+                scale_b=self.weight_scale,
+                bias=self.bias,
+                out_dtype=self.out_dtype,
+                use_fast_accum=self.fast_accum,
+            )
         else:
             w = self.weight_fp8.float() * self.weight_scale.t()  # [N, K]
-            out = torch.addmm(self.bias.float(), q.float() * scale, w.t()) if self.bias is not None \
+            out = (
+                torch.addmm(self.bias.float(), q.float() * scale, w.t())
+                if self.bias is not None
                 else (q.float() * scale) @ w.t()
+            )
             out = out.to(self.out_dtype)
         return out.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, e4m3, "
-                f"gelu_input={self.gelu_input}, fast_accum={self.fast_accum}")
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, e4m3, "
+            f"gelu_input={self.gelu_input}, fast_accum={self.fast_accum}"
+        )

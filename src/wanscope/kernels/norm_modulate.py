@@ -33,10 +33,27 @@ from wanscope.kernels._dispatch import use_triton
 
 @triton.jit
 def _add_norm_modulate_kernel(
-    x_ptr, y_ptr, gate_ptr, w_ptr, b_ptr, shift_ptr, scale_ptr, x_out_ptr, h_ptr,
-    L, C, stride_gate, stride_shift, stride_scale, eps,
-    HAS_Y: tl.constexpr, HAS_GATE: tl.constexpr, NORM: tl.constexpr, HAS_AFFINE: tl.constexpr,
-    HAS_MOD: tl.constexpr, BLOCK_C: tl.constexpr,
+    x_ptr,
+    y_ptr,
+    gate_ptr,
+    w_ptr,
+    b_ptr,
+    shift_ptr,
+    scale_ptr,
+    x_out_ptr,
+    h_ptr,
+    L,
+    C,
+    stride_gate,
+    stride_shift,
+    stride_scale,
+    eps,
+    HAS_Y: tl.constexpr,
+    HAS_GATE: tl.constexpr,
+    NORM: tl.constexpr,
+    HAS_AFFINE: tl.constexpr,
+    HAS_MOD: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)  # token row in [0, B*L)
     batch = row // L
@@ -68,8 +85,9 @@ def _add_norm_modulate_kernel(
 
 def _check_vec(v: torch.Tensor | None, name: str, b: int, c: int) -> None:
     if v is not None and (v.shape != (b, c) or v.stride(1) != 1):
-        raise ValueError(f"{name} must be [B, C] = [{b}, {c}] with unit column stride, got "
-                         f"{tuple(v.shape)} strides {v.stride()}")
+        raise ValueError(
+            f"{name} must be [B, C] = [{b}, {c}] with unit column stride, got {tuple(v.shape)} strides {v.stride()}"
+        )
 
 
 def _launch(x, y, gate, weight, bias, shift, scale, eps, out_dtype, norm):
@@ -92,28 +110,44 @@ def _launch(x, y, gate, weight, bias, shift, scale, eps, out_dtype, norm):
         block_c = triton.next_power_of_2(c)
         dummy = x  # never read: the constexpr flags compile its loads away
         _add_norm_modulate_kernel[(b * l,)](
-            x, y if y is not None else dummy, gate if gate is not None else dummy,
-            weight if weight is not None else dummy, bias if bias is not None else dummy,
-            shift if shift is not None else dummy, scale if scale is not None else dummy,
-            x_out if x_out is not None else dummy, h if h is not None else dummy,
-            l, c, gate.stride(0) if gate is not None else 0, shift.stride(0) if shift is not None else 0,
-            scale.stride(0) if scale is not None else 0, eps,
-            HAS_Y=y is not None, HAS_GATE=gate is not None, NORM=norm, HAS_AFFINE=weight is not None,
-            HAS_MOD=shift is not None, BLOCK_C=block_c, num_warps=min(16, max(4, block_c // 256)),
+            x,
+            y if y is not None else dummy,
+            gate if gate is not None else dummy,
+            weight if weight is not None else dummy,
+            bias if bias is not None else dummy,
+            shift if shift is not None else dummy,
+            scale if scale is not None else dummy,
+            x_out if x_out is not None else dummy,
+            h if h is not None else dummy,
+            l,
+            c,
+            gate.stride(0) if gate is not None else 0,
+            shift.stride(0) if shift is not None else 0,
+            scale.stride(0) if scale is not None else 0,
+            eps,
+            HAS_Y=y is not None,
+            HAS_GATE=gate is not None,
+            NORM=norm,
+            HAS_AFFINE=weight is not None,
+            HAS_MOD=shift is not None,
+            BLOCK_C=block_c,
+            num_warps=min(16, max(4, block_c // 256)),
         )
     return x_out, h
 
 
-def reference(x, y=None, gate=None, weight=None, bias=None, shift=None, scale=None, eps=1e-6,
-              out_dtype=None, norm=True):
+def reference(
+    x, y=None, gate=None, weight=None, bias=None, shift=None, scale=None, eps=1e-6, out_dtype=None, norm=True
+):
     """The same formula in torch ops, fp32 arithmetic (the CPU fallback and the tests' twin)."""
     if y is not None:
         y = y.float() if gate is None else y.float() * gate[:, None].float()
         x = (x.float() + y).to(x.dtype)
     if not norm:
         return x, None
-    h = F.layer_norm(x.float(), x.shape[-1:], None if weight is None else weight.float(),
-                     None if bias is None else bias.float(), eps)
+    h = F.layer_norm(
+        x.float(), x.shape[-1:], None if weight is None else weight.float(), None if bias is None else bias.float(), eps
+    )
     if shift is not None:
         h = h * (1 + scale[:, None].float()) + shift[:, None].float()
     return (x if y is not None else None), h.to(out_dtype)
@@ -126,9 +160,15 @@ def _run(x, y, gate, weight, bias, shift, scale, eps, out_dtype, norm):
 
 
 @torch.library.custom_op("wanscope::norm_modulate", mutates_args=())
-def _norm_modulate_op(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                      shift: torch.Tensor | None, scale: torch.Tensor | None, eps: float,
-                      out_dtype: torch.dtype) -> torch.Tensor:
+def _norm_modulate_op(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    shift: torch.Tensor | None,
+    scale: torch.Tensor | None,
+    eps: float,
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
     return _run(x, None, None, weight, bias, shift, scale, eps, out_dtype, True)[1]
 
 
@@ -138,10 +178,17 @@ def _(x, weight, bias, shift, scale, eps, out_dtype):
 
 
 @torch.library.custom_op("wanscope::add_norm_modulate", mutates_args=())
-def _add_norm_modulate_op(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor | None,
-                          weight: torch.Tensor | None, bias: torch.Tensor | None,
-                          shift: torch.Tensor | None, scale: torch.Tensor | None, eps: float,
-                          out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def _add_norm_modulate_op(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    gate: torch.Tensor | None,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    shift: torch.Tensor | None,
+    scale: torch.Tensor | None,
+    eps: float,
+    out_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
     return _run(x, y, gate, weight, bias, shift, scale, eps, out_dtype, True)
 
 

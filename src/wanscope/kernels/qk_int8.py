@@ -51,8 +51,9 @@ STAT_ROWS = 256  # tokens per program of k's statistics pass
 
 
 @triton.jit
-def _k_stats_kernel(k_ptr, row_stride, L, N, sum_ptr, min_ptr, max_ptr, D: tl.constexpr, ROWS: tl.constexpr,
-                    STEP: tl.constexpr):
+def _k_stats_kernel(
+    k_ptr, row_stride, L, N, sum_ptr, min_ptr, max_ptr, D: tl.constexpr, ROWS: tl.constexpr, STEP: tl.constexpr
+):
     # per channel of one (batch, head), over ROWS tokens of k [B, L, N, D]: the sum, min and max,
     # written to row (chunk, b * N + h) of [chunks, B * N, D] partials (summed up by torch: no
     # atomics, the same bits every run). Elementwise over [STEP, D] tiles, reduced once at the end.
@@ -67,8 +68,9 @@ def _k_stats_kernel(k_ptr, row_stride, L, N, sum_ptr, min_ptr, max_ptr, D: tl.co
     for i in tl.static_range(0, ROWS, STEP):
         t = chunk * ROWS + i + tl.arange(0, STEP)
         ok = (t < L)[:, None]
-        x = tl.load(k_ptr + (b * L + t).to(tl.int64)[:, None] * row_stride + h * D + d[None, :], mask=ok,
-                    other=0.0).to(tl.float32)
+        x = tl.load(k_ptr + (b * L + t).to(tl.int64)[:, None] * row_stride + h * D + d[None, :], mask=ok, other=0.0).to(
+            tl.float32
+        )
         acc += x
         lo = tl.minimum(lo, tl.where(ok, x, float("inf")))
         hi = tl.maximum(hi, tl.where(ok, x, -float("inf")))
@@ -79,8 +81,22 @@ def _k_stats_kernel(k_ptr, row_stride, L, N, sum_ptr, min_ptr, max_ptr, D: tl.co
 
 
 @triton.jit
-def _quantize_head_rows_kernel(x_ptr, row_stride, L, N, mean_ptr, head_scale_ptr, out_ptr, scale_ptr, norm_ptr,
-                               c, min_amax, D: tl.constexpr, ROWS: tl.constexpr, IS_K: tl.constexpr):
+def _quantize_head_rows_kernel(
+    x_ptr,
+    row_stride,
+    L,
+    N,
+    mean_ptr,
+    head_scale_ptr,
+    out_ptr,
+    scale_ptr,
+    norm_ptr,
+    c,
+    min_amax,
+    D: tl.constexpr,
+    ROWS: tl.constexpr,
+    IS_K: tl.constexpr,
+):
     # ROWS tokens of one (batch, head) of x [B, L, N, D] (row stride row_stride) to int8 in a
     # contiguous [B, L, N, D]. k (IS_K): minus mean[b, h, :], times 1 / head_scale[b, h], and
     # the largest row norm of the ints written to norm[chunk, b * N + h] (partials: torch takes
@@ -125,8 +141,9 @@ def k_stats(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         k = _heads_side_by_side(k)
         chunks = triton.cdiv(lk, STAT_ROWS)
         parts = torch.empty((3, chunks, b * n, d), dtype=torch.float32, device=k.device)
-        _k_stats_kernel[(chunks, b * n)](k, k.stride(1), lk, n, parts[0], parts[1], parts[2], D=d, ROWS=STAT_ROWS,
-                                         STEP=32, num_warps=4)
+        _k_stats_kernel[(chunks, b * n)](
+            k, k.stride(1), lk, n, parts[0], parts[1], parts[2], D=d, ROWS=STAT_ROWS, STEP=32, num_warps=4
+        )
         mu = (parts[0].sum(dim=0) / lk).view(b, n, d)
         kmin, kmax = parts[1].amin(dim=0).view(b, n, d), parts[2].amax(dim=0).view(b, n, d)
     else:
@@ -180,6 +197,6 @@ def quantize_qk_int8(q: torch.Tensor, k: torch.Tensor, c: float | None = None):
     for x, length, out, is_k in ((k, lk, k8, True), (q, lq, q8, False)):
         if length:  # Lq may be 0
             _quantize_head_rows_kernel[(triton.cdiv(length, ROWS), b * n)](
-                x, x.stride(1), length, n, mu, sk, out, f, norms, c, _MIN_AMAX, D=d, ROWS=ROWS, IS_K=is_k,
-                num_warps=4)
+                x, x.stride(1), length, n, mu, sk, out, f, norms, c, _MIN_AMAX, D=d, ROWS=ROWS, IS_K=is_k, num_warps=4
+            )
     return q8, f, k8, norms.amax(dim=0).view(b, n)

@@ -41,8 +41,20 @@ ELEMENTS_PER_PROGRAM = 4096
 
 @triton.jit
 def _rms_norm_rope_kernel(
-    x_ptr, w_ptr, cos_ptr, sin_ptr, out_ptr, n_rows, L, C, stride_row, eps,
-    HALF_D: tl.constexpr, ROPE: tl.constexpr, ROWS: tl.constexpr, BLOCK_C: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    cos_ptr,
+    sin_ptr,
+    out_ptr,
+    n_rows,
+    L,
+    C,
+    stride_row,
+    eps,
+    HALF_D: tl.constexpr,
+    ROPE: tl.constexpr,
+    ROWS: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
     # each row read and written contiguously (vector loads and stores); the feature pairs are
     # split and rejoined in registers: two stride-2 accesses moved half the bytes per instruction
@@ -66,8 +78,10 @@ def _rms_norm_rope_kernel(
 
 def _launch(x, weight, cos, sin, num_heads, eps):
     if x.ndim != 3 or x.stride(2) != 1 or x.stride(0) != x.shape[1] * x.stride(1):
-        raise ValueError(f"x must be [B, L, C] with unit feature stride and rows evenly spaced, "
-                         f"got {tuple(x.shape)} strides {x.stride()}")
+        raise ValueError(
+            f"x must be [B, L, C] with unit feature stride and rows evenly spaced, "
+            f"got {tuple(x.shape)} strides {x.stride()}"
+        )
     b, l, c = x.shape
     if c % num_heads or (c // num_heads) % 2:
         raise ValueError(f"C={c} must split into {num_heads} heads of even size")
@@ -77,15 +91,28 @@ def _launch(x, weight, cos, sin, num_heads, eps):
     if cos is not None:
         for t, name in ((cos, "cos"), (sin, "sin")):
             if t.numel() != l * half_d or not t.is_contiguous() or t.dtype != torch.float32:
-                raise ValueError(f"{name} must be a contiguous fp32 [L, 1, D/2] = [{l}, 1, {half_d}], "
-                                 f"got {tuple(t.shape)} {t.dtype}")
+                raise ValueError(
+                    f"{name} must be a contiguous fp32 [L, 1, D/2] = [{l}, 1, {half_d}], got {tuple(t.shape)} {t.dtype}"
+                )
     out = torch.empty((b, l, c), dtype=x.dtype, device=x.device)
     if out.numel():
         block_c = triton.next_power_of_2(c)
         rows = max(1, ELEMENTS_PER_PROGRAM // block_c)  # 2 at C = 1536
         _rms_norm_rope_kernel[(triton.cdiv(b * l, rows),)](
-            x, weight, cos if cos is not None else weight, sin if sin is not None else weight, out,
-            b * l, l, c, x.stride(1), eps, HALF_D=half_d, ROPE=cos is not None, ROWS=rows, BLOCK_C=block_c,
+            x,
+            weight,
+            cos if cos is not None else weight,
+            sin if sin is not None else weight,
+            out,
+            b * l,
+            l,
+            c,
+            x.stride(1),
+            eps,
+            HALF_D=half_d,
+            ROPE=cos is not None,
+            ROWS=rows,
+            BLOCK_C=block_c,
             # 32 features a thread (four 16-byte loads in bf16): at [1, 32760, 1536] on an H200, 94.9 us
             # against 105.8 us with 8 warps and 182.1 us for the stride-2 kernel before (RESULTS.md)
             num_warps=min(8, max(1, rows * block_c // 1024)),
@@ -104,8 +131,14 @@ def reference(x, weight, cos, sin, num_heads, eps):
 
 
 @torch.library.custom_op("wanscope::rms_norm_rope", mutates_args=())
-def _rms_norm_rope_op(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor | None,
-                      sin: torch.Tensor | None, num_heads: int, eps: float) -> torch.Tensor:
+def _rms_norm_rope_op(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    cos: torch.Tensor | None,
+    sin: torch.Tensor | None,
+    num_heads: int,
+    eps: float,
+) -> torch.Tensor:
     if use_triton(x):
         return _launch(x, weight, cos, sin, num_heads, eps)
     return reference(x, weight, cos, sin, num_heads, eps)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from wanscope.clitools import console as make_console, dumps_json, format_option
+from wanscope.clitools import console as make_console
+from wanscope.clitools import dumps_json, format_option
 from wanscope.errors import InputError, UsageError
 from wanscope.ncu.compare import Comparison, compare_reports, select_kernels
 from wanscope.ncu.diagnosis import Diagnosis, diagnose
@@ -54,7 +55,9 @@ def _render(d: Diagnosis) -> None:
 
     console = make_console()
     k = d.kernel
-    console.print(f"[bold]kernel {k.id}[/bold] {short_name(k.name)}  ({k.device or 'device ?'}, sm_{(k.cc or '?').replace('.', '')})")
+    console.print(
+        f"[bold]kernel {k.id}[/bold] {short_name(k.name)}  ({k.device or 'device ?'}, sm_{(k.cc or '?').replace('.', '')})"
+    )
     console.print(f"verdict: [bold]{d.verdict}[/bold]")
     if d.facts:
         table = Table("quantity", "value", show_header=False, box=None, pad_edge=False)
@@ -63,13 +66,17 @@ def _render(d: Diagnosis) -> None:
             if v is not None:
                 table.add_row(label, fmt(v))
         for st in d.facts.get("top_stalls") or []:
-            table.add_row("stall: " + st["reason"], f"{st['cycles_per_issued_instruction']:.2f} cycles per issued instruction")
+            table.add_row(
+                "stall: " + st["reason"], f"{st['cycles_per_issued_instruction']:.2f} cycles per issued instruction"
+            )
         console.print(table)
     console.print(d.explanation, soft_wrap=False)
     if d.what_if:
         table = Table("if registers per thread", "if block size", "theoretical occupancy", title="what if")
         for row in d.what_if:
-            table.add_row(str(row["if_registers_per_thread"]), str(row["if_block_size"]), f"{row['occupancy_pct']:.2f}%")
+            table.add_row(
+                str(row["if_registers_per_thread"]), str(row["if_block_size"]), f"{row['occupancy_pct']:.2f}%"
+            )
         console.print(table)
     console.print()
 
@@ -143,10 +150,23 @@ def ncu(reports, kernel_regex, kernel_regex_b, fmt):
 
 
 @click.command("ncu-run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--kernel", "kernel_regex", help="Profile only kernels whose name matches this regex (ncu --kernel-name regex:).")
-@click.option("--launch-skip", default=0, show_default=True, type=click.IntRange(min=0), help="Matching launches to skip first.")
-@click.option("--launch-count", default=1, show_default=True, type=click.IntRange(min=1), help="Matching launches to profile.")
-@click.option("--output", "-o", default="wanscope_ncu", show_default=True, type=click.Path(dir_okay=False), help="Report path stem: writes STEM.ncu-rep, STEM.details.csv, STEM.raw.csv.")
+@click.option(
+    "--kernel", "kernel_regex", help="Profile only kernels whose name matches this regex (ncu --kernel-name regex:)."
+)
+@click.option(
+    "--launch-skip", default=0, show_default=True, type=click.IntRange(min=0), help="Matching launches to skip first."
+)
+@click.option(
+    "--launch-count", default=1, show_default=True, type=click.IntRange(min=1), help="Matching launches to profile."
+)
+@click.option(
+    "--output",
+    "-o",
+    default="wanscope_ncu",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="Report path stem: writes STEM.ncu-rep, STEM.details.csv, STEM.raw.csv.",
+)
 @click.option("--ncu", "ncu_path", help="The ncu executable (default: $NCU, PATH, /opt/nvidia/nsight-compute/*/ncu).")
 @format_option("table", "json")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)

@@ -139,8 +139,13 @@ def _whole(x: float | None) -> int | None:
 # What a launch can be on any NVIDIA GPU (CUDA C++ Programming Guide, "Technical
 # Specifications per Compute Capability"): outside these a report cell is garbage, and the
 # occupancy arithmetic (which walks register counts down to 1) is not attempted.
-_LAUNCH_LIMITS = {"registers_per_thread": (0, 255), "block_size": (1, 1024), "shared_mem_config_bytes": (0, 1 << 30),
-                  "static_shared_mem_per_block_bytes": (0, 1 << 30), "dynamic_shared_mem_per_block_bytes": (0, 1 << 30)}
+_LAUNCH_LIMITS = {
+    "registers_per_thread": (0, 255),
+    "block_size": (1, 1024),
+    "shared_mem_config_bytes": (0, 1 << 30),
+    "static_shared_mem_per_block_bytes": (0, 1 << 30),
+    "dynamic_shared_mem_per_block_bytes": (0, 1 << 30),
+}
 
 
 def _launch(f: dict) -> occ.Launch | None:
@@ -215,16 +220,42 @@ def what_if(a: occ.Arch, launch: occ.Launch, o: occ.Occupancy, levels: int = 3) 
     rows = []
     seen = {o.active_warps_per_sm}
     for r in range(launch.registers_per_thread - 1, 0, -1):
-        w = occ.occupancy(a, occ.Launch(r, launch.block_size, launch.shared_mem_config_bytes, launch.static_shared_mem_bytes, launch.dynamic_shared_mem_bytes))
+        w = occ.occupancy(
+            a,
+            occ.Launch(
+                r,
+                launch.block_size,
+                launch.shared_mem_config_bytes,
+                launch.static_shared_mem_bytes,
+                launch.dynamic_shared_mem_bytes,
+            ),
+        )
         if w.active_warps_per_sm > max(seen):
             seen.add(w.active_warps_per_sm)
-            rows.append({"if_registers_per_thread": r, "if_block_size": launch.block_size, "occupancy_pct": w.occupancy_pct})
+            rows.append(
+                {"if_registers_per_thread": r, "if_block_size": launch.block_size, "occupancy_pct": w.occupancy_pct}
+            )
             if len(rows) == levels:
                 break
     for b in (64, 128, 256, 512, 1024):
         if b != launch.block_size:
-            w = occ.occupancy(a, occ.Launch(launch.registers_per_thread, b, launch.shared_mem_config_bytes, launch.static_shared_mem_bytes, launch.dynamic_shared_mem_bytes))
-            rows.append({"if_registers_per_thread": launch.registers_per_thread, "if_block_size": b, "occupancy_pct": w.occupancy_pct})
+            w = occ.occupancy(
+                a,
+                occ.Launch(
+                    launch.registers_per_thread,
+                    b,
+                    launch.shared_mem_config_bytes,
+                    launch.static_shared_mem_bytes,
+                    launch.dynamic_shared_mem_bytes,
+                ),
+            )
+            rows.append(
+                {
+                    "if_registers_per_thread": launch.registers_per_thread,
+                    "if_block_size": b,
+                    "occupancy_pct": w.occupancy_pct,
+                }
+            )
     return rows
 
 
@@ -247,9 +278,11 @@ def _scheduler_sentence(f: dict) -> str | None:
     if f["no_eligible_pct"] is not None:
         s += f", with no eligible warp in {_n(f['no_eligible_pct'])}% of cycles"
     if f["top_stalls"]:
-        s += "; top stalls: " + ", ".join(
-            f"{st['reason']} {_n(st['cycles_per_issued_instruction'], 1)}" for st in f["top_stalls"]
-        ) + " cycles per issued instruction"
+        s += (
+            "; top stalls: "
+            + ", ".join(f"{st['reason']} {_n(st['cycles_per_issued_instruction'], 1)}" for st in f["top_stalls"])
+            + " cycles per issued instruction"
+        )
     return s
 
 
@@ -285,7 +318,11 @@ def _launch_problem(f: dict) -> str | None:
 def diagnose(k: KernelProfile) -> Diagnosis:
     """Diagnose one kernel; see the module docstring for the verdicts and thresholds."""
     if k.profiling_failed:
-        return Diagnosis(k, "profiling failed", "ncu collected no values for this kernel (all NaN or n/a): the replay failed, nothing to diagnose.")
+        return Diagnosis(
+            k,
+            "profiling failed",
+            "ncu collected no values for this kernel (all NaN or n/a): the replay failed, nothing to diagnose.",
+        )
     f = _facts(k)
     a = occ.ARCHS.get(k.cc or "")
     launch = _launch(f)
@@ -298,7 +335,11 @@ def diagnose(k: KernelProfile) -> Diagnosis:
     if sm is not None and mem is not None and max(sm, mem) >= LATENCY_BOUND_PCT:
         verdict = "compute-bound" if sm >= mem else "memory-bound"
         unit = "SM" if sm >= mem else "memory"
-        level = "near peak" if max(sm, mem) >= NEAR_PEAK_PCT else "the busier unit, at or above the 60% below which ncu reads latency issues"
+        level = (
+            "near peak"
+            if max(sm, mem) >= NEAR_PEAK_PCT
+            else "the busier unit, at or above the 60% below which ncu reads latency issues"
+        )
         sentences.append(f"{_throughput_sentence(f)}: {unit} is {level}")
     else:
         problem = _launch_problem(f)
@@ -315,7 +356,9 @@ def diagnose(k: KernelProfile) -> Diagnosis:
             )
         else:
             verdict = "undetermined"
-            sentences.append("the report holds no SM or memory throughput (no SpeedOfLight section), and no launch rule applies")
+            sentences.append(
+                "the report holds no SM or memory throughput (no SpeedOfLight section), and no launch rule applies"
+            )
     if arithmetic:
         sentences.append(arithmetic)
     sched = _scheduler_sentence(f)

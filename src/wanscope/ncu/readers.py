@@ -38,8 +38,18 @@ _TRIPLE = re.compile(r"\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)")
 _TOOL_LINE = ("==PROF==", "==WARNING==", "==ERROR==", "==INFO==")
 # identity columns of both CSV pages; anything else that is not a metric name is NVTX
 _IDENTITY = {
-    "ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context",
-    "Stream", "Block Size", "Grid Size", "Device", "CC",
+    "ID",
+    "Process ID",
+    "Process Name",
+    "Host Name",
+    "Kernel Name",
+    "Kernel Time",
+    "Context",
+    "Stream",
+    "Block Size",
+    "Grid Size",
+    "Device",
+    "CC",
 }
 _DETAILS_REQUIRED = ("ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value")
 
@@ -96,7 +106,7 @@ def _not_ncu_reason(text: str) -> str:
             return f"fields are separated by {name}; ncu --csv writes commas"
     if not first:
         return "empty: no Nsight Compute CSV header"
-    return f"not an Nsight Compute CSV: expected a header starting with \"ID\", found {first[:60]!r}"
+    return f'not an Nsight Compute CSV: expected a header starting with "ID", found {first[:60]!r}'
 
 
 def _csv_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
@@ -236,7 +246,7 @@ def read_ncu_rep(path: str | Path) -> NcuReport:
             raise InputError(path, "not an Nsight Compute report (.ncu-rep magic missing)")
     try:
         ctx = ncu_report.load_report(str(path))
-    except Exception as e:  # the SWIG layer raises plain exceptions
+    except Exception as e:  # noqa: BLE001 - the SWIG layer raises plain exceptions
         raise InputError(path, f"ncu_report could not load it: {e}") from None
     kernels: list[KernelProfile] = []
     for r in range(ctx.num_ranges()):
@@ -282,6 +292,7 @@ def _rep_kernel(action, kernel_id: int) -> KernelProfile:
 def _complete(kernel: KernelProfile) -> KernelProfile:
     """Fill block, grid, compute capability and device name from metrics where the
     source's own columns lack them (ncu 2022.3 CSVs, .ncu-rep)."""
+
     def whole(v):  # a count; a cell of inf or NaN is no count
         return int(v) if v is not None and math.isfinite(v) else None
 

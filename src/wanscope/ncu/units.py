@@ -41,8 +41,23 @@ _FREQ_HZ = {"hz": Decimal(1), "khz": Decimal("1e3"), "mhz": Decimal("1e6"), "ghz
 _SI = {"K": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"), "P": Decimal("1e15")}
 # words ncu may put an SI prefix on (Kbyte, Minst, Gcycle, ...)
 _COUNT_WORDS = {
-    "byte", "inst", "cycle", "warp", "thread", "block", "sector", "request", "wavefront",
-    "register", "sample", "cluster", "SM", "instruction", "bit", "pass", "launch",
+    "byte",
+    "inst",
+    "cycle",
+    "warp",
+    "thread",
+    "block",
+    "sector",
+    "request",
+    "wavefront",
+    "register",
+    "sample",
+    "cluster",
+    "SM",
+    "instruction",
+    "bit",
+    "pass",
+    "launch",
 }
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 

@@ -86,8 +86,16 @@ class _Call:
         works: per group, what to wait for before its ``recv`` is read.
     """
 
-    def __init__(self, sizes: list[int], rank: int, b: int, group_sizes: list[int], d: int,
-                 dtype: torch.dtype, device: torch.device):
+    def __init__(
+        self,
+        sizes: list[int],
+        rank: int,
+        b: int,
+        group_sizes: list[int],
+        d: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ):
         self.sizes, self.rank, self.h = sizes, rank, sum(group_sizes)
         self.groups = [(sum(group_sizes[:g]), hg) for g, hg in enumerate(group_sizes)]
         self.recv = [torch.empty((3, sum(sizes), b, hg, d), dtype=dtype, device=device) for hg in group_sizes]
@@ -109,8 +117,16 @@ class NcclTransport:
     def __init__(self, ctx: ParallelContext):
         self.group, self.degree = ctx.ulysses_group, ctx.ulysses_degree
 
-    def start(self, sizes: list[int], rank: int, b: int, group_sizes: list[int], d: int,
-              dtype: torch.dtype, device: torch.device) -> _NcclCall:
+    def start(
+        self,
+        sizes: list[int],
+        rank: int,
+        b: int,
+        group_sizes: list[int],
+        d: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> _NcclCall:
         """The exchange of one self-attention call (``sizes``: tokens per rank)."""
         return _NcclCall(self, sizes, rank, b, group_sizes, d, dtype, device)
 
@@ -122,8 +138,9 @@ class _NcclCall(_Call):
     def __init__(self, transport: NcclTransport, sizes, rank, b, group_sizes, d, dtype, device):
         super().__init__(sizes, rank, b, group_sizes, d, dtype, device)
         self.t, p = transport, transport.degree
-        self.send_buffers = [torch.empty((3, p, sizes[rank], b, hg, d), dtype=dtype, device=device)
-                             for hg in group_sizes]
+        self.send_buffers = [
+            torch.empty((3, p, sizes[rank], b, hg, d), dtype=dtype, device=device) for hg in group_sizes
+        ]
         self.out = torch.empty((b, sizes[rank], p, self.h, d), dtype=dtype, device=device)  # heads split by rank
         self.pending: list = []  # (first head, received output, its transfer) not yet unpacked
 
@@ -154,18 +171,30 @@ class _NcclCall(_Call):
                 # one call per tensor, so each lands contiguous [L, B, hg, D] rather than
                 # interleaved with the other two: cuDNN's attention is slower on interleaved
                 # rows (wan/fused.py measured 3% for a strided v alone)
-                self.works[g].append(dist.all_to_all_single(
-                    self.recv[g][i], send[i].flatten(0, 1), self.sizes, [n_local] * self.t.degree,
-                    group=self.t.group, async_op=True))
+                self.works[g].append(
+                    dist.all_to_all_single(
+                        self.recv[g][i],
+                        send[i].flatten(0, 1),
+                        self.sizes,
+                        [n_local] * self.t.degree,
+                        group=self.t.group,
+                        async_op=True,
+                    )
+                )
 
     def send_output(self, g: int, o: torch.Tensor) -> None:
         """Start sending group ``g``'s output ``o`` [B, L, hg, D] back (rank j gets its tokens),
         and unpack the previous group's, which crossed while this group's attention ran."""
         b, _, hg, d = o.shape
         back = o.new_empty((self.t.degree, self.sizes[self.rank], b, hg, d))  # rank j's rows of head group j
-        work = dist.all_to_all_single(back.flatten(0, 1), o.transpose(0, 1).contiguous(),
-                                      [self.sizes[self.rank]] * self.t.degree, self.sizes, group=self.t.group,
-                                      async_op=True)
+        work = dist.all_to_all_single(
+            back.flatten(0, 1),
+            o.transpose(0, 1).contiguous(),
+            [self.sizes[self.rank]] * self.t.degree,
+            self.sizes,
+            group=self.t.group,
+            async_op=True,
+        )
         self._unpack()
         self.pending = [(self.groups[g][0], back, work)]
 
@@ -193,11 +222,21 @@ def _memcpy2d():
     with open("/proc/self/maps") as maps:
         paths = [line.split()[-1] for line in maps if "libcudart.so" in line]
     if not paths:
-        raise UsageError("the copy-engine Ulysses transport needs the CUDA runtime library (libcudart), which "
-                         "this torch did not load; use nccl")
+        raise UsageError(
+            "the copy-engine Ulysses transport needs the CUDA runtime library (libcudart), which "
+            "this torch did not load; use nccl"
+        )
     fn = ctypes.CDLL(paths[0]).cudaMemcpy2DAsync
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
-                   ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+    fn.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_size_t,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_void_p,
+    ]
     fn.restype = ctypes.c_int
     return fn
 
@@ -218,8 +257,16 @@ def copy_rows(dst: torch.Tensor, src: torch.Tensor, stream: torch.cuda.Stream) -
         return
     size = src.element_size()
     row_bytes = width * size
-    code = _memcpy2d()(dst.data_ptr(), max(dst.stride(0) * size, row_bytes), src.data_ptr(),
-                       max(src.stride(0) * size, row_bytes), row_bytes, rows, _DEVICE_TO_DEVICE, stream.cuda_stream)
+    code = _memcpy2d()(
+        dst.data_ptr(),
+        max(dst.stride(0) * size, row_bytes),
+        src.data_ptr(),
+        max(src.stride(0) * size, row_bytes),
+        row_bytes,
+        rows,
+        _DEVICE_TO_DEVICE,
+        stream.cuda_stream,
+    )
     if code:
         raise RuntimeError(f"cudaMemcpy2DAsync failed with CUDA error {code}")
 
@@ -260,8 +307,16 @@ class CopyEngineTransport:
             self.buffer = buffer
         return self.buffer
 
-    def start(self, sizes: list[int], rank: int, b: int, group_sizes: list[int], d: int,
-              dtype: torch.dtype, device: torch.device) -> _CopyEngineCall:
+    def start(
+        self,
+        sizes: list[int],
+        rank: int,
+        b: int,
+        group_sizes: list[int],
+        d: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> _CopyEngineCall:
         """The exchange of one self-attention call (``sizes``: tokens per rank)."""
         return _CopyEngineCall(self, sizes, rank, b, group_sizes, d, dtype, device)
 
@@ -324,7 +379,9 @@ class _CopyEngineCall(_Call):
                     for j, n in enumerate(self.sizes):
                         src = self.tensor(j, i)[:, :, heads + first : heads + first + hg]  # [B, n, hg, D]
                         for b in range(src.shape[0]):
-                            copy_rows(self.recv[g][i, start : start + n, b].flatten(1), src[b].flatten(1), self.t.stream)
+                            copy_rows(
+                                self.recv[g][i, start : start + n, b].flatten(1), src[b].flatten(1), self.t.stream
+                            )
                         start += n
                 self.works[g].append(self._event())
 

@@ -121,8 +121,10 @@ class ParallelContext:
         for rank, theirs in enumerate(gathered):
             for key, value in gathered[0].items():
                 if theirs.get(key) != value:
-                    raise ParallelError(f"rank {rank} was started with {key}={theirs.get(key)!r} but rank 0 with "
-                                        f"{key}={value!r}: launch every rank with the same arguments")
+                    raise ParallelError(
+                        f"rank {rank} was started with {key}={theirs.get(key)!r} but rank 0 with "
+                        f"{key}={value!r}: launch every rank with the same arguments"
+                    )
 
     def barrier(self, what: str) -> None:
         """Wait until every rank gets here (e.g. rank 0 reading the traces the others wrote).
@@ -161,7 +163,10 @@ def comm_options(backend: str, high_priority: bool):
 
 
 def setup_from_env(
-    mode: str, device_type: str = "cuda", timeout_s: float = DEFAULT_TIMEOUT_S, num_heads: int | None = None,
+    mode: str,
+    device_type: str = "cuda",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    num_heads: int | None = None,
     heartbeat: bool | None = None,
 ) -> ParallelContext:
     """Start the process group described by the launcher's environment (``torchrun``).
@@ -185,16 +190,19 @@ def setup_from_env(
     """
     missing = [k for k in _ENV if k not in os.environ]
     if missing:
-        raise UsageError(f"--parallel {mode} needs a launcher: run it as `torchrun --nproc-per-node N -m wanscope ...` "
-                         f"({', '.join(missing)} not set)")
+        raise UsageError(
+            f"--parallel {mode} needs a launcher: run it as `torchrun --nproc-per-node N -m wanscope ...` "
+            f"({', '.join(missing)} not set)"
+        )
     rank, world_size, local_rank = (int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
     cfg_degree, ulysses_degree = degrees(mode, world_size)
     if num_heads is not None:
         check_heads(num_heads, ulysses_degree, cfg_degree)
     if device_type == "cuda":
         if local_rank >= torch.cuda.device_count():
-            raise UsageError(f"rank {rank} has LOCAL_RANK {local_rank} but this host has "
-                             f"{torch.cuda.device_count()} CUDA devices")
+            raise UsageError(
+                f"rank {rank} has LOCAL_RANK {local_rank} but this host has {torch.cuda.device_count()} CUDA devices"
+            )
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         backend = "nccl"
@@ -213,7 +221,9 @@ def setup_from_env(
             if u == rank % ulysses_degree:
                 cfg_group = group
         stage = "heartbeat setup"
-        beat = Heartbeat(rank, world_size, timeout_s) if (backend == "nccl" if heartbeat is None else heartbeat) else None
+        beat = (
+            Heartbeat(rank, world_size, timeout_s) if (backend == "nccl" if heartbeat is None else heartbeat) else None
+        )
     except RuntimeError as e:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -222,9 +232,17 @@ def setup_from_env(
             f"the same WORLD_SIZE and MASTER_ADDR:MASTER_PORT, and that all {world_size} started)"
         ) from None
     return ParallelContext(
-        mode=mode, rank=rank, world_size=world_size, local_rank=local_rank, cfg_degree=cfg_degree,
-        ulysses_degree=ulysses_degree, device=device, timeout_s=timeout_s, cfg_group=cfg_group,
-        ulysses_group=ulysses_group, heartbeat=beat,
+        mode=mode,
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        cfg_degree=cfg_degree,
+        ulysses_degree=ulysses_degree,
+        device=device,
+        timeout_s=timeout_s,
+        cfg_group=cfg_group,
+        ulysses_group=ulysses_group,
+        heartbeat=beat,
         local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
     )
 
@@ -234,14 +252,18 @@ def _comm_timeout(backend: str, timeout_s: float) -> timedelta:
     return timedelta(seconds=timeout_s + (NCCL_GRACE_S if backend == "nccl" else 0))
 
 
-def _new_ulysses_group(rank: int, cfg_degree: int, ulysses_degree: int, timeout: timedelta,
-                       high_priority: bool) -> dist.ProcessGroup | None:
+def _new_ulysses_group(
+    rank: int, cfg_degree: int, ulysses_degree: int, timeout: timedelta, high_priority: bool
+) -> dist.ProcessGroup | None:
     """This rank's Ulysses group (None with a Ulysses degree of 1), after every rank created
     every one of them, in the same order (``torch.distributed.new_group``)."""
     mine = None
     for c in range(cfg_degree if ulysses_degree > 1 else 0):
-        group = dist.new_group([c * ulysses_degree + u for u in range(ulysses_degree)], timeout=timeout,
-                               pg_options=comm_options(dist.get_backend(), high_priority))
+        group = dist.new_group(
+            [c * ulysses_degree + u for u in range(ulysses_degree)],
+            timeout=timeout,
+            pg_options=comm_options(dist.get_backend(), high_priority),
+        )
         if c == rank // ulysses_degree:
             mine = group
     return mine
@@ -255,8 +277,13 @@ def with_ulysses_priority(ctx: ParallelContext, high_priority: bool) -> Parallel
         ParallelError: the new groups could not be set up.
     """
     with ctx.collective("setting up Ulysses groups"):
-        group = _new_ulysses_group(ctx.rank, ctx.cfg_degree, ctx.ulysses_degree,
-                                   _comm_timeout(dist.get_backend(), ctx.timeout_s), high_priority)
+        group = _new_ulysses_group(
+            ctx.rank,
+            ctx.cfg_degree,
+            ctx.ulysses_degree,
+            _comm_timeout(dist.get_backend(), ctx.timeout_s),
+            high_priority,
+        )
     return replace(ctx, ulysses_group=group)
 
 

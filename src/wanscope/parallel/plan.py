@@ -60,8 +60,10 @@ def degrees(mode: str, world_size: int) -> tuple[int, int]:
     """
     if mode == "cfg":
         if world_size != 2:
-            raise UsageError(f"--parallel cfg runs on 2 processes (cond and uncond), got a world size of {world_size}; "
-                             f"use --parallel cfg+ulysses for more")
+            raise UsageError(
+                f"--parallel cfg runs on 2 processes (cond and uncond), got a world size of {world_size}; "
+                f"use --parallel cfg+ulysses for more"
+            )
         return 2, 1
     if mode == "ulysses":
         if world_size < 2:
@@ -69,8 +71,10 @@ def degrees(mode: str, world_size: int) -> tuple[int, int]:
         return 1, world_size
     if mode == "cfg+ulysses":
         if world_size < 4 or world_size % 2:
-            raise UsageError(f"--parallel cfg+ulysses needs an even world size of at least 4 "
-                             f"(2 CFG branches x Ulysses), got {world_size}")
+            raise UsageError(
+                f"--parallel cfg+ulysses needs an even world size of at least 4 "
+                f"(2 CFG branches x Ulysses), got {world_size}"
+            )
         return 2, world_size // 2
     raise UsageError(f"unknown --parallel mode {mode!r}; known: {', '.join(PARALLEL_MODES)}")
 
@@ -85,7 +89,9 @@ def check_heads(num_heads: int, ulysses_degree: int, cfg_degree: int = 1) -> Non
     if num_heads % ulysses_degree == 0:
         return
     working = [d for d in range(2, num_heads + 1) if num_heads % d == 0]
-    worlds = f" (world sizes {', '.join(str(cfg_degree * d) for d in working)} with cfg+ulysses)" if cfg_degree > 1 else ""
+    worlds = (
+        f" (world sizes {', '.join(str(cfg_degree * d) for d in working)} with cfg+ulysses)" if cfg_degree > 1 else ""
+    )
     raise UsageError(
         f"Ulysses degree {ulysses_degree} does not divide the model's {num_heads} attention heads; "
         f"degrees that work: {', '.join(map(str, working))}{worlds}"
@@ -127,8 +133,10 @@ def head_group_sizes(heads_per_rank: int, groups: int | tuple[int, ...]) -> list
         return [base + (i < extra) for i in range(count)]
     sizes = [int(n) for n in groups]
     if not sizes or min(sizes) < 1 or sum(sizes) != heads_per_rank:
-        raise UsageError(f"Ulysses head group sizes {'+'.join(map(str, sizes)) or '(none)'} must be positive and add "
-                         f"up to the {heads_per_rank} heads each rank holds")
+        raise UsageError(
+            f"Ulysses head group sizes {'+'.join(map(str, sizes)) or '(none)'} must be positive and add "
+            f"up to the {heads_per_rank} heads each rank holds"
+        )
     return sizes
 
 

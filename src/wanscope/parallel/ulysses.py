@@ -97,14 +97,20 @@ class Ulysses:
             a transport this run cannot use.
     """
 
-    def __init__(self, ctx: ParallelContext, num_heads: int,
-                 head_groups: int | tuple[int, ...] | None = None, transport: str | None = None):
+    def __init__(
+        self,
+        ctx: ParallelContext,
+        num_heads: int,
+        head_groups: int | tuple[int, ...] | None = None,
+        transport: str | None = None,
+    ):
         check_heads(num_heads, ctx.ulysses_degree, ctx.cfg_degree)
         self.ctx = ctx
         self.degree = ctx.ulysses_degree
         self.index = ctx.ulysses_rank
-        transport = transport or ulysses_transport(ctx.device.type, ctx.local_world_size, self.degree,
-                                                   ctx.device.type == "cuda" and peer_access(ctx))
+        transport = transport or ulysses_transport(
+            ctx.device.type, ctx.local_world_size, self.degree, ctx.device.type == "cuda" and peer_access(ctx)
+        )
         if head_groups is None:
             head_groups = DEFAULT_ULYSSES_HEAD_GROUPS.get(transport, 1)  # an unknown name fails below
         self.group_sizes = head_group_sizes(num_heads // self.degree, head_groups)
@@ -138,7 +144,10 @@ class Ulysses:
         return x[:, start:stop], (cos[start:stop], sin[start:stop])
 
     def self_attention(
-        self, attn: torch.nn.Module, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+        self,
+        attn: torch.nn.Module,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
         backend: AttentionBackend,
     ) -> torch.Tensor:
         """The self-attention of ``attn`` (a ``dit.Attention``) for this rank's tokens, its q, k
@@ -169,9 +178,7 @@ class Ulysses:
             self._send(call, (i,))
         return attn.o(self._attend(call, backend).flatten(2))  # [B, L_r, dim]
 
-    def attention(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: AttentionBackend
-    ) -> torch.Tensor:
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: AttentionBackend) -> torch.Tensor:
         """Self-attention over all L tokens with this rank's N/P heads, group by group, for q, k
         and v made elsewhere (``wan/fused.py``): each is copied into the send buffers.
 
@@ -210,8 +217,10 @@ class Ulysses:
             with self.ctx.collective("the Ulysses all-to-all of q, k, v"):
                 q, k, v = call.inputs(g)  # the compute stream waits for the transfer; the host does not
             o = attention(q, k, v, backend)
-            with ranges.named_range(OUT_ALL_TO_ALL), \
-                    self.ctx.collective("the Ulysses all-to-all of the attention output"):
+            with (
+                ranges.named_range(OUT_ALL_TO_ALL),
+                self.ctx.collective("the Ulysses all-to-all of the attention output"),
+            ):
                 call.send_output(g, o)
         with self.ctx.collective("the Ulysses all-to-all of the attention output"):
             return call.output()
@@ -239,8 +248,12 @@ class Ulysses:
         return torch.cat([rows[j, : sizes[j]] for j in range(self.degree)]).transpose(0, 1).contiguous()
 
 
-def shard_dit(ctx: ParallelContext, dit: torch.nn.Module,
-              head_groups: int | tuple[int, ...] | None = None, transport: str | None = None) -> None:
+def shard_dit(
+    ctx: ParallelContext,
+    dit: torch.nn.Module,
+    head_groups: int | tuple[int, ...] | None = None,
+    transport: str | None = None,
+) -> None:
     """Install Ulysses into ``dit`` when this run has a Ulysses degree above 1 (else nothing).
 
     Raises:

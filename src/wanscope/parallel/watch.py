@@ -70,7 +70,8 @@ class Heartbeat:
                     if not leaving:
                         self._on_lost(
                             f"rank {self.rank}/{self.world_size}: lost contact with another rank: {_first_line(e)} "
-                            f"(a rank died, or stopped answering for --dist-timeout {self.timeout_s:g} s)")
+                            f"(a rank died, or stopped answering for --dist-timeout {self.timeout_s:g} s)"
+                        )
                     return
                 if flag.item():  # a rank (maybe this one) is leaving: no more beats from anyone
                     return

@@ -27,58 +27,155 @@ from wanscope.wan.config import CFG_BATCHED_MAX_TOKENS, CFG_MODES, PRESETS
 
 def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
     """``python -m wanscope profile`` with ``opts`` in the hidden child ``role`` (nsys or ncu)."""
-    return [sys.executable, "-m", "wanscope", "profile", *opts.cli_args(), "--out", str(out_dir),
-            "--child", role, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "wanscope",
+        "profile",
+        *opts.cli_args(),
+        "--out",
+        str(out_dir),
+        "--child",
+        role,
+        *extra,
+    ]
 
 
 @click.command()
-@click.option("--preset", type=click.Choice(sorted(PRESETS)), default=None,
-              help=f"Model and default sizes. Default: {defaults.CUDA_PRESET} with CUDA, {defaults.CPU_PRESET} without.")
-@click.option("--checkpoint", type=click.Path(path_type=Path), help="Wan2.1 checkpoint folder, official or diffusers layout.")
-@click.option("--random-weights", is_flag=True,
-              help="Random weights and a byte-level stand-in tokenizer (the default without --checkpoint).")
+@click.option(
+    "--preset",
+    type=click.Choice(sorted(PRESETS)),
+    default=None,
+    help=f"Model and default sizes. Default: {defaults.CUDA_PRESET} with CUDA, {defaults.CPU_PRESET} without.",
+)
+@click.option(
+    "--checkpoint", type=click.Path(path_type=Path), help="Wan2.1 checkpoint folder, official or diffusers layout."
+)
+@click.option(
+    "--random-weights",
+    is_flag=True,
+    help="Random weights and a byte-level stand-in tokenizer (the default without --checkpoint).",
+)
 @click.option("--size", help="WIDTHxHEIGHT, multiples of 16. Default: the preset's (832x480; tiny 64x64).")
 @click.option("--frames", type=int, help="4k+1 video frames. Default: the preset's (81; tiny 5).")
 @click.option("--steps", type=int, help="Length of the sampling schedule. Default: the preset's (50; tiny 4).")
-@click.option("--warmup", type=int, default=defaults.WARMUP_STEPS, show_default=True,
-              help="Denoising steps run before the profiled ones.")
-@click.option("--profile-steps", type=int, default=defaults.PROFILE_STEPS, show_default=True,
-              help="Denoising steps profiled after the warm-up.")
+@click.option(
+    "--warmup",
+    type=int,
+    default=defaults.WARMUP_STEPS,
+    show_default=True,
+    help="Denoising steps run before the profiled ones.",
+)
+@click.option(
+    "--profile-steps",
+    type=int,
+    default=defaults.PROFILE_STEPS,
+    show_default=True,
+    help="Denoising steps profiled after the warm-up.",
+)
 @click.option("--compile", "compile_", is_flag=True, help="Regional torch.compile of the repeated DiT block.")
-@click.option("--attention", type=click.Choice(defaults.ATTENTION_CHOICES), default="auto", show_default=True,
-              help="Attention backend, as for generate: auto runs our Gluon kernel (hopper) on sm_90 GPUs "
-                   "where it runs and sdpa (PyTorch picks) elsewhere.")
-@click.option("--cfg", type=click.Choice(CFG_MODES), default=None,
-              help=f"Cond and uncond as two forwards or one B=2 forward. Default: auto, batched up to "
-                   f"{CFG_BATCHED_MAX_TOKENS:,} DiT tokens (tiny; 416x240x21), sequential above (832x480x81); "
-                   f"sequential under --parallel cfg.")
-@click.option("--kernels", type=click.Choice(defaults.KERNELS), default=None,
-              help="DiT ops: the torch reference or the fused Triton kernels (wanscope.kernels). "
-                   "Default: torch; triton with --mode fast.")
-@click.option("--mode", type=click.Choice(["exact", "fast"]), default="exact", show_default=True,
-              help="fast: profile the fast mode (FP8 GEMMs, INT8 Q K^T on our Hopper kernel), as generate --mode fast.")
-@click.option("--fast", "fast_spec", default=None, metavar="SPEC",
-              help="With --mode fast: its config over the defaults (keys: linears, int8_attention, pv_fp8, "
-                   "exact_blocks, fast_accum).")
-@click.option("--legacy-step-lookup", is_flag=True,
-              help="The sampler finds its step index with a device .item() (one host sync per step).")
+@click.option(
+    "--attention",
+    type=click.Choice(defaults.ATTENTION_CHOICES),
+    default="auto",
+    show_default=True,
+    help="Attention backend, as for generate: auto runs our Gluon kernel (hopper) on sm_90 GPUs "
+    "where it runs and sdpa (PyTorch picks) elsewhere.",
+)
+@click.option(
+    "--cfg",
+    type=click.Choice(CFG_MODES),
+    default=None,
+    help=f"Cond and uncond as two forwards or one B=2 forward. Default: auto, batched up to "
+    f"{CFG_BATCHED_MAX_TOKENS:,} DiT tokens (tiny; 416x240x21), sequential above (832x480x81); "
+    f"sequential under --parallel cfg.",
+)
+@click.option(
+    "--kernels",
+    type=click.Choice(defaults.KERNELS),
+    default=None,
+    help="DiT ops: the torch reference or the fused Triton kernels (wanscope.kernels). "
+    "Default: torch; triton with --mode fast.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["exact", "fast"]),
+    default="exact",
+    show_default=True,
+    help="fast: profile the fast mode (FP8 GEMMs, INT8 Q K^T on our Hopper kernel), as generate --mode fast.",
+)
+@click.option(
+    "--fast",
+    "fast_spec",
+    default=None,
+    metavar="SPEC",
+    help="With --mode fast: its config over the defaults (keys: linears, int8_attention, pv_fp8, "
+    "exact_blocks, fast_accum).",
+)
+@click.option(
+    "--legacy-step-lookup",
+    is_flag=True,
+    help="The sampler finds its step index with a device .item() (one host sync per step).",
+)
 @click.option("--nsys", is_flag=True, help="Capture with Nsight Systems instead of torch.profiler (needs CUDA).")
-@click.option("--ncu", type=click.Choice(["attention"]),
-              help="Also run Nsight Compute on the self-attention kernel of the backend and diagnose it.")
-@click.option("--compare-compile", is_flag=True,
-              help="Profile the same steps eager and compiled (into eager/ and compiled/), then diff them.")
-@click.option("--parallel", type=click.Choice(PARALLEL_MODES),
-              help="Under torchrun: CFG branches on 2 ranks, Ulysses token shards on all, or both (2 x N/2); "
-                   "one trace per rank, rank 0 reports.")
-@click.option("--dist-timeout", type=click.FloatRange(min=1), default=DEFAULT_TIMEOUT_S, show_default=True,
-              help="With --parallel: seconds any rank may wait for the others before failing.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=defaults.OUT_DIR,
-              show_default=True, help="Folder for the trace, report.json and report.html.")
+@click.option(
+    "--ncu",
+    type=click.Choice(["attention"]),
+    help="Also run Nsight Compute on the self-attention kernel of the backend and diagnose it.",
+)
+@click.option(
+    "--compare-compile",
+    is_flag=True,
+    help="Profile the same steps eager and compiled (into eager/ and compiled/), then diff them.",
+)
+@click.option(
+    "--parallel",
+    type=click.Choice(PARALLEL_MODES),
+    help="Under torchrun: CFG branches on 2 ranks, Ulysses token shards on all, or both (2 x N/2); "
+    "one trace per rank, rank 0 reports.",
+)
+@click.option(
+    "--dist-timeout",
+    type=click.FloatRange(min=1),
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    help="With --parallel: seconds any rank may wait for the others before failing.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=defaults.OUT_DIR,
+    show_default=True,
+    help="Folder for the trace, report.json and report.html.",
+)
 @click.option("--child", type=click.Choice(["nsys", "ncu"]), hidden=True)
 @click.option("--run-info", type=click.Path(dir_okay=False, path_type=Path), hidden=True)
-def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, profile_steps, compile_, attention,
-            cfg, kernels, mode, fast_spec, legacy_step_lookup, nsys, ncu, compare_compile, parallel, dist_timeout,
-            out_dir, child, run_info):
+def profile(
+    preset,
+    checkpoint,
+    random_weights,
+    size,
+    frames,
+    steps,
+    warmup,
+    profile_steps,
+    compile_,
+    attention,
+    cfg,
+    kernels,
+    mode,
+    fast_spec,
+    legacy_step_lookup,
+    nsys,
+    ncu,
+    compare_compile,
+    parallel,
+    dist_timeout,
+    out_dir,
+    child,
+    run_info,
+):
     """Profile Wan2.1 denoising steps and report what limits them.
 
     Runs --warmup denoising steps of the real --steps schedule, profiles the next
@@ -94,8 +191,25 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
     from wanscope.profile.options import resolve
 
     cuda = torch.cuda.is_available()
-    opts = resolve(cuda, preset, checkpoint, random_weights, size, frames, steps, warmup, profile_steps,
-                   compile_, attention, cfg, legacy_step_lookup, kernels, parallel, mode, fast_spec)
+    opts = resolve(
+        cuda,
+        preset,
+        checkpoint,
+        random_weights,
+        size,
+        frames,
+        steps,
+        warmup,
+        profile_steps,
+        compile_,
+        attention,
+        cfg,
+        legacy_step_lookup,
+        kernels,
+        parallel,
+        mode,
+        fast_spec,
+    )
     cfg_model = PRESETS[opts.preset]
     request(opts).validate(cfg_model.vae.stride, cfg_model.dit.patch_size)
     dit_cfg = cfg_model.dit
@@ -112,24 +226,29 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
         return
     if parallel:
         if nsys or ncu or compare_compile:
-            raise UsageError(f"--parallel captures each rank with torch.profiler: not with "
-                             f"--{'nsys' if nsys else 'ncu' if ncu else 'compare-compile'}")
+            raise UsageError(
+                f"--parallel captures each rank with torch.profiler: not with "
+                f"--{'nsys' if nsys else 'ncu' if ncu else 'compare-compile'}"
+            )
         if parallel != "ulysses":
             check_cfg_parallel(request(opts).guidance, opts.cfg)  # before any rank waits for another
     elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise UsageError(f"launched as {os.environ['WORLD_SIZE']} processes without --parallel; "
-                         f"give --parallel {'|'.join(PARALLEL_MODES)}")
+        raise UsageError(
+            f"launched as {os.environ['WORLD_SIZE']} processes without --parallel; "
+            f"give --parallel {'|'.join(PARALLEL_MODES)}"
+        )
     if compare_compile:
         from wanscope.profile.compare import check
 
         if compile_ or nsys or ncu:
-            raise UsageError("--compare-compile runs eager and compiled under torch.profiler: "
-                             "not with --compile, --nsys or --ncu")
+            raise UsageError(
+                "--compare-compile runs eager and compiled under torch.profiler: not with --compile, --nsys or --ncu"
+            )
         check(opts)
     if (nsys or ncu) and not cuda:
         raise UsageError(f"--{'nsys' if nsys else 'ncu'} needs a CUDA GPU; this machine has none")
-    from wanscope.wan.pipeline import DTYPES
     from wanscope.wan.attention import check_backend, parse_backend
+    from wanscope.wan.pipeline import DTYPES
 
     check_backend(parse_backend(opts.attention), torch.device(opts.device), DTYPES[opts.dtype], cfg_model.dit.head_dim)
     nsys_exe = None
@@ -153,7 +272,8 @@ def profile(preset, checkpoint, random_weights, size, frames, steps, warmup, pro
         click.echo(f"wanscope: {RANDOM_NOTE}", err=True)
 
     if compare_compile:
-        from wanscope.profile.compare import compare_compile as profile_both, compile_lines
+        from wanscope.profile.compare import compare_compile as profile_both
+        from wanscope.profile.compare import compile_lines
         from wanscope.report.diff_text import render_diff
 
         result, files = profile_both(opts, out_dir)
@@ -209,8 +329,12 @@ def _capture_ncu(opts, out_dir: Path, result: dict) -> None:
 
     child = child_argv(opts.with_steps(0, 1), out_dir, "ncu")
     files, diagnoses = capture_attention(child, opts.attention, out_dir)
-    result["ncu"] = {"report": str(files.report), "details_csv": str(files.details_csv),
-                     "raw_csv": str(files.raw_csv), "kernels": [d.to_json() for d in diagnoses]}
+    result["ncu"] = {
+        "report": str(files.report),
+        "details_csv": str(files.details_csv),
+        "raw_csv": str(files.raw_csv),
+        "kernels": [d.to_json() for d in diagnoses],
+    }
     write_atomic(out_dir / "report.json", dumps_json(result))
     emit(diagnoses, str(files.report), "table")
     click.echo(f"wrote {files.report}, {files.details_csv}, {files.raw_csv}; report.json has them under 'ncu'")

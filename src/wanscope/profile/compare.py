@@ -40,7 +40,8 @@ def compare_compile(opts: ProfileOptions, out_dir: Path, console: Console | None
         CPU run) and ``reports`` {label: folder}.
     """
     from wanscope.analysis.diff import diff
-    from wanscope.clitools import console as make_console, dumps_json
+    from wanscope.clitools import console as make_console
+    from wanscope.clitools import dumps_json
     from wanscope.report.diff_html import render_diff_html
     from wanscope.report.write import write_atomic
     from wanscope.trace import open_traces
@@ -55,8 +56,12 @@ def compare_compile(opts: ProfileOptions, out_dir: Path, console: Console | None
         steps = build_report(traces[label], runs[label], folder)["steps"]
         mean_cpu[label] = sum(st["cpu_dur_ns"] for st in steps) // len(steps) if steps else None
         files += [*traces[label], folder / "report.json", folder / "report.html"]
-    result = diff(open_traces([str(p) for p in traces["eager"]]), open_traces([str(p) for p in traces["compiled"]]),
-                  str(traces["eager"][0]), str(traces["compiled"][0]))
+    result = diff(
+        open_traces([str(p) for p in traces["eager"]]),
+        open_traces([str(p) for p in traces["compiled"]]),
+        str(traces["eager"][0]),
+        str(traces["compiled"][0]),
+    )
     result["compile"] = {
         "warmup_steps": opts.warmup,
         "warmup_wall_ns": {label: sum(runs[label]["step_wall_ns"][: opts.warmup]) for label, _ in RUNS},
@@ -74,6 +79,8 @@ def compile_lines(result: dict) -> list[str]:
     c = result["compile"]
     w, s = c["warmup_wall_ns"], c["mean_step_cpu_ns"]
     steps = f"{c['warmup_steps']} step{'' if c['warmup_steps'] == 1 else 's'}"
-    return [f"warm-up ({steps}, host wall time): eager {fmt_ns(w['eager'])}, "
-            f"compiled {fmt_ns(w['compiled'])} (compilation included)",
-            f"profiled steps, mean CPU range: eager {fmt_ns(s['eager'])}, compiled {fmt_ns(s['compiled'])}"]
+    return [
+        f"warm-up ({steps}, host wall time): eager {fmt_ns(w['eager'])}, "
+        f"compiled {fmt_ns(w['compiled'])} (compilation included)",
+        f"profiled steps, mean CPU range: eager {fmt_ns(s['eager'])}, compiled {fmt_ns(s['compiled'])}",
+    ]

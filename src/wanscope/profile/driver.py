@@ -21,19 +21,28 @@ from dataclasses import dataclass, field
 
 import torch
 from rich.console import Console
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from wanscope.clitools import console as make_console
 from wanscope.parallel.group import ParallelContext
 from wanscope.parallel.ulysses import shard_dit
 from wanscope.profile.options import PROMPT, ProfileOptions
 from wanscope.wan.attention import parse_backend
 from wanscope.wan.config import get_preset
+from wanscope.wan.pipeline import (
+    DTYPES,
+    Components,
+    Request,
+    denoise,
+    encode_prompts,
+    initial_noise,
+    latent_shape,
+    release,
+)
 from wanscope.wan.precision import FastConfig
-from wanscope.wan.pipeline import (DTYPES, Components, Request, denoise, encode_prompts, initial_noise,
-                                   latent_shape, release)
 from wanscope.wan.sampler import FlowSampler, flow_schedule
-from wanscope.clitools import console as make_console
+
 
 @dataclass
 class Measurements:
@@ -61,17 +70,30 @@ def request(opts: ProfileOptions) -> Request:
     """The generation request of a profile run (sampling values from the preset)."""
     s = get_preset(opts.preset).sampling
     return Request(
-        prompt=PROMPT, negative_prompt=s.negative_prompt, height=opts.height, width=opts.width,
-        frames=opts.frames, steps=opts.steps, guidance=s.guidance, shift=s.shift, seed=s.seed,
-        solver=s.solver, cfg=opts.cfg, legacy_step_lookup=opts.legacy_step_lookup,
+        prompt=PROMPT,
+        negative_prompt=s.negative_prompt,
+        height=opts.height,
+        width=opts.width,
+        frames=opts.frames,
+        steps=opts.steps,
+        guidance=s.guidance,
+        shift=s.shift,
+        seed=s.seed,
+        solver=s.solver,
+        cfg=opts.cfg,
+        legacy_step_lookup=opts.legacy_step_lookup,
     )
 
 
 def components(opts: ProfileOptions, device: torch.device | None = None) -> Components:
     """The engine's parts on ``device`` (default: ``opts.device``; a rank's ``cuda:LOCAL_RANK``)."""
     return Components(
-        config=get_preset(opts.preset), device=device or torch.device(opts.device), dtype=DTYPES[opts.dtype],
-        checkpoint=opts.checkpoint, attention_backend=parse_backend(opts.attention), kernels=opts.kernels,
+        config=get_preset(opts.preset),
+        device=device or torch.device(opts.device),
+        dtype=DTYPES[opts.dtype],
+        checkpoint=opts.checkpoint,
+        attention_backend=parse_backend(opts.attention),
+        kernels=opts.kernels,
         fast=None if opts.fast is None else FastConfig.parse(opts.fast),
     )
 
@@ -108,8 +130,14 @@ def _stage(name: str, m: Measurements, device: torch.device, console: Console):
     console.print(f"{name.replace('_', ' ')}: {m.stage_wall_ns[name] / 1e9:.2f} s")
 
 
-def run(opts: ProfileOptions, window, console: Console | None = None, decode: bool = True,
-        attention_only_in_dit: bool = False, parallel: ParallelContext | None = None) -> Measurements:
+def run(
+    opts: ProfileOptions,
+    window,
+    console: Console | None = None,
+    decode: bool = True,
+    attention_only_in_dit: bool = False,
+    parallel: ParallelContext | None = None,
+) -> Measurements:
     """Run the stages; ``window`` (``window.py``) sees the profiled steps.
 
     Args:
@@ -151,8 +179,7 @@ def run(opts: ProfileOptions, window, console: Console | None = None, decode: bo
         cond, uncond = cond.to(dit.dtype), uncond.to(dit.dtype)
         sampler = FlowSampler(flow_schedule(req.steps, req.shift), req.solver, req.legacy_step_lookup)
         latents = initial_noise(shape, req.seed, device)
-        latents = _denoise_steps(opts, dit, latents, cond, uncond, sampler, req.guidance, window, m, console,
-                                 parallel)
+        latents = _denoise_steps(opts, dit, latents, cond, uncond, sampler, req.guidance, window, m, console, parallel)
         del dit, cond, uncond, sampler
 
     if decode and main:
@@ -194,7 +221,18 @@ def _denoise_steps(opts, dit, latents, cond, uncond, sampler, guidance, window, 
 
         window.start()
         try:
-            return denoise(dit, latents, cond, uncond, sampler, guidance, opts.cfg, start=0, stop=total,
-                           on_step=on_step, parallel=parallel)
+            return denoise(
+                dit,
+                latents,
+                cond,
+                uncond,
+                sampler,
+                guidance,
+                opts.cfg,
+                start=0,
+                stop=total,
+                on_step=on_step,
+                parallel=parallel,
+            )
         finally:
             window.stop()

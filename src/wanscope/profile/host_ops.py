@@ -39,8 +39,12 @@ def host_ops(con, top: int = 10) -> dict:
     rows = con.execute(HOST_OPS_SQL).fetchall()
 
     def row(name, count, total):
-        return {"name": name, "count": int(count), "total_ns": int(total),
-                "pct": 100 * total / step_time if step_time else None}
+        return {
+            "name": name,
+            "count": int(count),
+            "total_ns": int(total),
+            "pct": 100 * total / step_time if step_time else None,
+        }
 
     ops = [row(*r) for r in rows[:top]]
     rest = rows[top:]

@@ -27,15 +27,18 @@ def trace_name(rank: int | None) -> str:
     return "trace.json.gz" if rank is None else f"trace-rank{rank}.json.gz"
 
 
-def profile_here(opts: ProfileOptions, out_dir: Path, parallel: ParallelContext | None = None) -> tuple[list[Path], dict]:
+def profile_here(
+    opts: ProfileOptions, out_dir: Path, parallel: ParallelContext | None = None
+) -> tuple[list[Path], dict]:
     """Run the stages with the profiled steps traced into ``out_dir``/``trace_name(rank)``.
 
     Returns:
         ([this process's trace], the ``run`` object).
     """
     trace = out_dir / trace_name(None if parallel is None else parallel.rank)
-    window = KinetoWindow(trace, opts.warmup, opts.profile_steps, opts.device == "cuda",
-                          static_info(opts, CAPTURE, parallel))
+    window = KinetoWindow(
+        trace, opts.warmup, opts.profile_steps, opts.device == "cuda", static_info(opts, CAPTURE, parallel)
+    )
     m = driver.run(opts, window, parallel=parallel)
     return [trace], run_object(opts, CAPTURE, m, parallel)
 

@@ -33,8 +33,10 @@ def kernel_regex(backend: str) -> str:
         UsageError: the math backend (no single attention kernel: a GEMM, a softmax, a GEMM).
     """
     if backend == "math":
-        raise UsageError("--ncu attention: the math backend runs no attention kernel "
-                         "(a GEMM, a softmax and a GEMM); pick auto, sdpa, cudnn, flash, efficient or hopper")
+        raise UsageError(
+            "--ncu attention: the math backend runs no attention kernel "
+            "(a GEMM, a softmax and a GEMM); pick auto, sdpa, cudnn, flash, efficient or hopper"
+        )
     if backend == "sdpa":
         return "|".join(ATTENTION_KERNELS[b] for b in _SDPA)
     if backend == "auto":

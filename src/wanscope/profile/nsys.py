@@ -24,9 +24,17 @@ from wanscope.errors import WanscopeError
 from wanscope.nsight import find_on_path_or_install
 
 NSYS_FLAGS = (
-    "-t", "cuda,nvtx,osrt", "-s", "none", "--cpuctxsw=none",
-    "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-    "--export", "sqlite", "--force-overwrite", "true",
+    "-t",
+    "cuda,nvtx,osrt",
+    "-s",
+    "none",
+    "--cpuctxsw=none",
+    "--capture-range=cudaProfilerApi",
+    "--capture-range-end=stop",
+    "--export",
+    "sqlite",
+    "--force-overwrite",
+    "true",
 )
 # where NVIDIA installs nsys when it is not on PATH; the last one is the nsys that ships
 # inside Nsight Compute (the H200 image has only that one)

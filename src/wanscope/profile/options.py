@@ -84,11 +84,24 @@ class ProfileOptions:
         (the nsys and ncu captures re-run the profile under their tool)."""
         args = ["--preset", self.preset]
         args += ["--checkpoint", str(self.checkpoint)] if self.checkpoint else ["--random-weights"]
-        args += ["--size", f"{self.width}x{self.height}", "--frames", str(self.frames),
-                 "--steps", str(self.steps), "--warmup", str(self.warmup),
-                 "--profile-steps", str(self.profile_steps), "--attention", self.attention,
-                 "--cfg", "auto" if self.cfg_auto else self.cfg,
-                 "--kernels", self.kernels]
+        args += [
+            "--size",
+            f"{self.width}x{self.height}",
+            "--frames",
+            str(self.frames),
+            "--steps",
+            str(self.steps),
+            "--warmup",
+            str(self.warmup),
+            "--profile-steps",
+            str(self.profile_steps),
+            "--attention",
+            self.attention,
+            "--cfg",
+            "auto" if self.cfg_auto else self.cfg,
+            "--kernels",
+            self.kernels,
+        ]
         if self.compile:
             args.append("--compile")
         if self.legacy_step_lookup:
@@ -164,9 +177,21 @@ def resolve(
     cfg = cfg or sampling.cfg
     cfg_parallel = parallel is not None and parallel != "ulysses"
     return ProfileOptions(
-        preset=preset, checkpoint=checkpoint, height=height, width=width, frames=frames, steps=steps,
-        warmup=warmup, profile_steps=profile_steps, compile=compile, attention=attention,
+        preset=preset,
+        checkpoint=checkpoint,
+        height=height,
+        width=width,
+        frames=frames,
+        steps=steps,
+        warmup=warmup,
+        profile_steps=profile_steps,
+        compile=compile,
+        attention=attention,
         cfg=resolve_cfg(cfg, dit_tokens(config, height, width, frames), cfg_parallel),
-        legacy_step_lookup=legacy_step_lookup, device="cuda" if cuda else "cpu",
-        dtype="bf16" if cuda else "fp32", kernels=kernels, cfg_auto=cfg == "auto", fast=fast,
+        legacy_step_lookup=legacy_step_lookup,
+        device="cuda" if cuda else "cpu",
+        dtype="bf16" if cuda else "fp32",
+        kernels=kernels,
+        cfg_auto=cfg == "auto",
+        fast=fast,
     )

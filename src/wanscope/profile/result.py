@@ -13,12 +13,12 @@ from rich.console import Console
 from rich.table import Table
 
 from wanscope.analysis.summary import analyze
+from wanscope.clitools import console as make_console
 from wanscope.profile.host_ops import host_ops
 from wanscope.report.text import render_analysis
 from wanscope.report.units import fmt_ns, fmt_pct
 from wanscope.report.write import write_report
 from wanscope.trace import open_traces
-from wanscope.clitools import console as make_console
 from wanscope.wan.config import CFG_BATCHED_MAX_TOKENS
 
 CPU_NOTE = (
@@ -41,8 +41,10 @@ KERNELS_CPU_NOTE = (
 def title(run: dict) -> str:
     """``wanscope profile: <preset> WxHxF, steps a-b of N[, RANDOM WEIGHTS]``."""
     steps = run["profiled_steps"]
-    text = (f"wanscope profile: {run['preset']} {run['width']}x{run['height']}x{run['frames']}, "
-            f"steps {steps[0]}-{steps[-1]} of {run['schedule_steps']}")
+    text = (
+        f"wanscope profile: {run['preset']} {run['width']}x{run['height']}x{run['frames']}, "
+        f"steps {steps[0]}-{steps[-1]} of {run['schedule_steps']}"
+    )
     return text + (", RANDOM WEIGHTS" if run["random_weights"] else "")
 
 
@@ -52,8 +54,10 @@ def cfg_note(run: dict) -> str:
     if (run.get("parallel") or {}).get("cfg_degree", 1) > 1:
         what, why = "cond and uncond on ranks of their own, one B=1 forward each per step", "CFG parallel"
     else:
-        what = {"sequential": "cond and uncond as two B=1 DiT forwards per step",
-                "batched": "cond and uncond as one B=2 DiT forward per step"}[mode]
+        what = {
+            "sequential": "cond and uncond as two B=1 DiT forwards per step",
+            "batched": "cond and uncond as one B=2 DiT forward per step",
+        }[mode]
         rule = "<=" if tokens <= CFG_BATCHED_MAX_TOKENS else ">"
         why = f"L = {tokens:,} tokens {rule} {CFG_BATCHED_MAX_TOKENS:,}: batched up to it, sequential above"
     return f"CFG {mode}: {what} ({'--cfg auto, ' + why if run['cfg_auto'] else '--cfg ' + mode})."
@@ -96,9 +100,14 @@ def render(result: dict, files: list[Path], console: Console | None = None) -> N
     render_analysis(result, c)
     h = result["host_ops"]
     if h["ops"]:
-        t = Table("op", "count", "host time", "% of step time",
-                  title=f"host time by op (outermost aten ops; steps {fmt_ns(h['step_time_ns'])}, "
-                        f"in aten ops {fmt_ns(h['aten_time_ns'])})")
+        t = Table(
+            "op",
+            "count",
+            "host time",
+            "% of step time",
+            title=f"host time by op (outermost aten ops; steps {fmt_ns(h['step_time_ns'])}, "
+            f"in aten ops {fmt_ns(h['aten_time_ns'])})",
+        )
         for row in h["ops"]:
             t.add_row(row["name"], f"{row['count']:,}", fmt_ns(row["total_ns"]), fmt_pct(row["pct"]))
         c.print(t)

@@ -29,8 +29,13 @@ from wanscope.wan.cli import RANDOM_NOTE
 def versions() -> dict:
     """Python, torch, CUDA and cuDNN (None on a CPU build), and wanscope versions."""
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    return {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "cudnn": cudnn, "wanscope": wanscope.__version__}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": cudnn,
+        "wanscope": wanscope.__version__,
+    }
 
 
 def gpu() -> dict | None:
@@ -38,15 +43,26 @@ def gpu() -> dict | None:
     if not torch.cuda.is_available():
         return None
     p = torch.cuda.get_device_properties(0)
-    return {"name": p.name, "compute_capability": f"{p.major}.{p.minor}", "sm_count": p.multi_processor_count,
-            "memory_bytes": p.total_memory, "count": torch.cuda.device_count()}
+    return {
+        "name": p.name,
+        "compute_capability": f"{p.major}.{p.minor}",
+        "sm_count": p.multi_processor_count,
+        "memory_bytes": p.total_memory,
+        "count": torch.cuda.device_count(),
+    }
 
 
 def parallel_info(ctx: ParallelContext) -> dict:
     """``mode``, ``world_size``, ``cfg_degree``, ``ulysses_degree``, ``rank`` (the rank whose
     run this is) and ``timeout_s`` (``--dist-timeout``, seconds)."""
-    return {"mode": ctx.mode, "world_size": ctx.world_size, "cfg_degree": ctx.cfg_degree,
-            "ulysses_degree": ctx.ulysses_degree, "rank": ctx.rank, "timeout_s": ctx.timeout_s}
+    return {
+        "mode": ctx.mode,
+        "world_size": ctx.world_size,
+        "cfg_degree": ctx.cfg_degree,
+        "ulysses_degree": ctx.ulysses_degree,
+        "rank": ctx.rank,
+        "timeout_s": ctx.timeout_s,
+    }
 
 
 def static_info(opts: ProfileOptions, capture: str, parallel: ParallelContext | None = None) -> dict:
@@ -58,14 +74,27 @@ def static_info(opts: ProfileOptions, capture: str, parallel: ParallelContext | 
         "random_weights": opts.random_weights,
         "checkpoint": None if opts.checkpoint is None else str(opts.checkpoint),
         "preset": opts.preset,
-        "height": opts.height, "width": opts.width, "frames": opts.frames,
-        "schedule_steps": opts.steps, "warmup_steps": opts.warmup, "profiled_steps": opts.profiled_steps,
-        "solver": req.solver, "guidance": req.guidance, "cfg": opts.cfg, "cfg_auto": opts.cfg_auto,
-        "attention": opts.attention, "kernels": opts.kernels,
-        "mode": "exact" if opts.fast is None else "fast", "fast": opts.fast,
-        "compile": opts.compile, "legacy_step_lookup": opts.legacy_step_lookup,
-        "device": opts.device, "dtype": opts.dtype, "capture": capture,
-        "versions": versions(), "gpu": gpu(),
+        "height": opts.height,
+        "width": opts.width,
+        "frames": opts.frames,
+        "schedule_steps": opts.steps,
+        "warmup_steps": opts.warmup,
+        "profiled_steps": opts.profiled_steps,
+        "solver": req.solver,
+        "guidance": req.guidance,
+        "cfg": opts.cfg,
+        "cfg_auto": opts.cfg_auto,
+        "attention": opts.attention,
+        "kernels": opts.kernels,
+        "mode": "exact" if opts.fast is None else "fast",
+        "fast": opts.fast,
+        "compile": opts.compile,
+        "legacy_step_lookup": opts.legacy_step_lookup,
+        "device": opts.device,
+        "dtype": opts.dtype,
+        "capture": capture,
+        "versions": versions(),
+        "gpu": gpu(),
     }
     if parallel is not None:
         info["parallel"] = parallel_info(parallel)
@@ -75,9 +104,13 @@ def static_info(opts: ProfileOptions, capture: str, parallel: ParallelContext | 
 def run_object(opts: ProfileOptions, capture: str, m: Measurements, parallel: ParallelContext | None = None) -> dict:
     """The whole ``run`` object: ``static_info`` plus the measurements."""
     info = static_info(opts, capture, parallel)
-    info.update({
-        "dit": m.dit, "tokens": m.tokens,
-        "peak_memory_bytes": m.peak_memory_bytes, "stage_wall_ns": m.stage_wall_ns,
-        "step_wall_ns": m.step_wall_ns,
-    })
+    info.update(
+        {
+            "dit": m.dit,
+            "tokens": m.tokens,
+            "peak_memory_bytes": m.peak_memory_bytes,
+            "stage_wall_ns": m.stage_wall_ns,
+            "step_wall_ns": m.step_wall_ns,
+        }
+    )
     return info

@@ -52,7 +52,8 @@ class KinetoWindow:
         self._prof = torch.profiler.profile(
             activities=activities,
             schedule=torch.profiler.schedule(
-                wait=max(warmup - 1, 0), warmup=min(warmup, 1), active=profile_steps, repeat=1),
+                wait=max(warmup - 1, 0), warmup=min(warmup, 1), active=profile_steps, repeat=1
+            ),
             on_trace_ready=self._export,
             record_shapes=True,
             with_stack=True,

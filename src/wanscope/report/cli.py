@@ -9,10 +9,20 @@ import click
 
 @click.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Directory for report.json and report.html.")
-@click.option("--top", default=10, show_default=True, type=click.IntRange(1),
-              help="Kernels listed per device before the 'other' row; also the largest gaps listed.")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for report.json and report.html.",
+)
+@click.option(
+    "--top",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Kernels listed per device before the 'other' row; also the largest gaps listed.",
+)
 @click.option("--step-range", metavar="A:B", help="Only steps A <= step < B (either end may be omitted).")
 def report(traces, out_dir, top, step_range):
     """Write report.json (the analyze JSON) and report.html (a self-contained page with
@@ -22,7 +32,6 @@ def report(traces, out_dir, top, step_range):
     from wanscope.report.text import render_analysis
     from wanscope.report.write import write_report
     from wanscope.trace import open_traces
-
     from wanscope.trace.load import expand
 
     scope = Scope(parse_step_range(step_range))

@@ -7,8 +7,8 @@ from rich.table import Column, Table
 
 from wanscope.analysis.diff import BASES
 from wanscope.analysis.fused import KINDS
-from wanscope.report.units import fmt_ns, fmt_pct
 from wanscope.clitools import console as make_console
+from wanscope.report.units import fmt_ns, fmt_pct
 
 DEFINITIONS = (
     "Definitions: time = mean GPU time of a step when both traces have steps; mean CPU time of a step (its host "
@@ -64,17 +64,31 @@ def render_diff(result: dict, console: Console | None = None) -> None:
     count = {"step": "steps", "cpu_step": "cpu_steps"}.get(result["time_basis"])
     if count:
         t.add_row("steps", str(base[count]), str(new[count]), signed_count(new[count] - base[count]))
-    t.add_row("window", fmt_ns(base["window_ns"]), fmt_ns(new["window_ns"]),
-              signed_ns(new["window_ns"] - base["window_ns"]))
+    t.add_row(
+        "window", fmt_ns(base["window_ns"]), fmt_ns(new["window_ns"]), signed_ns(new["window_ns"] - base["window_ns"])
+    )
     t.add_row("busy", fmt_ns(base["busy_ns"]), fmt_ns(new["busy_ns"]), signed_ns(d["busy_ns"]))
-    t.add_row("utilization", fmt_pct(base["utilization_pct"]), fmt_pct(new["utilization_pct"]),
-              signed_pp(d["utilization_pct"]))
-    t.add_row("kernel launches", f"{base['kernel_count']:,}", f"{new['kernel_count']:,}", signed_count(d["kernel_count"]))
-    t.add_row("kernel time (summed)", fmt_ns(base["kernel_time_ns"]), fmt_ns(new["kernel_time_ns"]),
-              signed_ns(d["kernel_time_ns"]))
-    t.add_row("memory ops", f"{base['memop_count']:,} ({fmt_ns(base['memop_time_ns'])})",
-              f"{new['memop_count']:,} ({fmt_ns(new['memop_time_ns'])})",
-              signed_ns(new["memop_time_ns"] - base["memop_time_ns"]))
+    t.add_row(
+        "utilization",
+        fmt_pct(base["utilization_pct"]),
+        fmt_pct(new["utilization_pct"]),
+        signed_pp(d["utilization_pct"]),
+    )
+    t.add_row(
+        "kernel launches", f"{base['kernel_count']:,}", f"{new['kernel_count']:,}", signed_count(d["kernel_count"])
+    )
+    t.add_row(
+        "kernel time (summed)",
+        fmt_ns(base["kernel_time_ns"]),
+        fmt_ns(new["kernel_time_ns"]),
+        signed_ns(d["kernel_time_ns"]),
+    )
+    t.add_row(
+        "memory ops",
+        f"{base['memop_count']:,} ({fmt_ns(base['memop_time_ns'])})",
+        f"{new['memop_count']:,} ({fmt_ns(new['memop_time_ns'])})",
+        signed_ns(new["memop_time_ns"] - base["memop_time_ns"]),
+    )
     c.print(t)
     if not result["categories"]:  # no GPU activity on either side: no shares, categories or kernels
         c.print("kernels and time by category: no GPU activity in either trace")
@@ -85,20 +99,47 @@ def render_diff(result: dict, console: Console | None = None) -> None:
         fused = [f for f in result["fused_kernels"] if f["trace"] == side]
         if not fused:
             continue
-        t = Table(Column("kernel", overflow="fold"), "kind", Column("ops", overflow="fold"), "launches", "total",
-                  "mean", "%", title=f"fused Triton kernels in {side.upper()} (op? = not an op name)")
+        t = Table(
+            Column("kernel", overflow="fold"),
+            "kind",
+            Column("ops", overflow="fold"),
+            "launches",
+            "total",
+            "mean",
+            "%",
+            title=f"fused Triton kernels in {side.upper()} (op? = not an op name)",
+        )
         for f in fused:
             name = f["name"] if f["ops_from"] != "launch_range" else f"{f['name']}\n(launched as {f['launched_as']})"
-            t.add_row(name, KINDS.get(f["kind"], "-"), ops_text(f), f"{f['count']:,}", fmt_ns(f["total_ns"]),
-                      fmt_ns(f["mean_ns"]), fmt_pct(f["pct"]))
+            t.add_row(
+                name,
+                KINDS.get(f["kind"], "-"),
+                ops_text(f),
+                f"{f['count']:,}",
+                fmt_ns(f["total_ns"]),
+                fmt_ns(f["mean_ns"]),
+                fmt_pct(f["pct"]),
+            )
         c.print(t)
         other = "BASE" if side == "new" else "NEW"
-        t = Table("op", f"aten calls in {other}", f"aten calls in {side.upper()}", Column("fused into", overflow="fold"),
-                  "launches", "total",
-                  title=f"ops fused in {side.upper()} (ops named in its fused kernels)")
+        t = Table(
+            "op",
+            f"aten calls in {other}",
+            f"aten calls in {side.upper()}",
+            Column("fused into", overflow="fold"),
+            "launches",
+            "total",
+            title=f"ops fused in {side.upper()} (ops named in its fused kernels)",
+        )
         for r in (r for r in result["fused_ops"] if r["trace"] == side):
-            t.add_row(r["op"], f"{r['eager_calls']:,}", f"{r['compiled_calls']:,}", "\n".join(r["kernels"]),
-                      f"{r['launches']:,}", fmt_ns(r["total_ns"]))
+            t.add_row(
+                r["op"],
+                f"{r['eager_calls']:,}",
+                f"{r['compiled_calls']:,}",
+                "\n".join(r["kernels"]),
+                f"{r['launches']:,}",
+                fmt_ns(r["total_ns"]),
+            )
         c.print(t)
     for note in result["notes"]:
         c.print(f"[dim]{note}[/dim]")
@@ -109,13 +150,22 @@ def _render_kernels(result: dict, c: Console) -> None:
     """Attention's share, time by category, kernels appeared and disappeared (a line, not
     an empty table, when there are none) and the largest changes."""
     a = result["attention"]
-    c.print(f"[bold]attention share of kernel time: {fmt_pct(a['base_pct'])} -> {fmt_pct(a['new_pct'])}[/bold] "
-            f"({signed_pp(a['delta_pct'])})")
+    c.print(
+        f"[bold]attention share of kernel time: {fmt_pct(a['base_pct'])} -> {fmt_pct(a['new_pct'])}[/bold] "
+        f"({signed_pp(a['delta_pct'])})"
+    )
 
     t = Table("category", "BASE", "NEW", "change", "BASE %", "NEW %", "change", title="time by category")
     for r in result["categories"]:
-        t.add_row(r["category"], fmt_ns(r["base_ns"]), fmt_ns(r["new_ns"]), signed_ns(r["delta_ns"]),
-                  fmt_pct(r["base_pct"]), fmt_pct(r["new_pct"]), signed_pp(r["delta_pct"]))
+        t.add_row(
+            r["category"],
+            fmt_ns(r["base_ns"]),
+            fmt_ns(r["new_ns"]),
+            signed_ns(r["delta_ns"]),
+            fmt_pct(r["base_pct"]),
+            fmt_pct(r["new_pct"]),
+            signed_pp(r["delta_pct"]),
+        )
     c.print(t)
 
     k = result["kernels"]
@@ -124,15 +174,32 @@ def _render_kernels(result: dict, c: Console) -> None:
         if not group["names"]:
             c.print(f"{title}: none")
             continue
-        t = Table(Column("kernel", overflow="fold"), "category", "launches", "total", "%",
-                  title=f"{title}: {group['names']:,} names, {group['count']:,} launches, {fmt_ns(group['total_ns'])}")
+        t = Table(
+            Column("kernel", overflow="fold"),
+            "category",
+            "launches",
+            "total",
+            "%",
+            title=f"{title}: {group['names']:,} names, {group['count']:,} launches, {fmt_ns(group['total_ns'])}",
+        )
         for r in group["top"]:
             t.add_row(short_name(r["name"]), r["category"], f"{r['count']:,}", fmt_ns(r["total_ns"]), fmt_pct(r["pct"]))
         c.print(t)
     if k["top_changes"]:
-        t = Table(Column("kernel", overflow="fold"), "category", "BASE", "NEW", "change",
-                  title=f"top changes by time ({k['common']:,} kernel names in both)")
+        t = Table(
+            Column("kernel", overflow="fold"),
+            "category",
+            "BASE",
+            "NEW",
+            "change",
+            title=f"top changes by time ({k['common']:,} kernel names in both)",
+        )
         for r in k["top_changes"]:
-            t.add_row(short_name(r["name"]), r["category"], f"{fmt_ns(r['base_ns'])} ×{r['base_count']:,}",
-                      f"{fmt_ns(r['new_ns'])} ×{r['new_count']:,}", signed_ns(r["delta_ns"]))
+            t.add_row(
+                short_name(r["name"]),
+                r["category"],
+                f"{fmt_ns(r['base_ns'])} ×{r['base_count']:,}",
+                f"{fmt_ns(r['new_ns'])} ×{r['new_count']:,}",
+                signed_ns(r["delta_ns"]),
+            )
         c.print(t)

@@ -39,8 +39,11 @@ def _figures(result: dict, segments: list[dict], icicle: list[dict]) -> list[tup
                 ys += [y, y, None]
                 label = f"{s['name'][:80]} ({s['ops']} ops)"
                 texts += [label, label, None]
-            fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"width": 14}, name=category,
-                                       text=texts, hoverinfo="text+name"))
+            fig.add_trace(
+                go.Scattergl(
+                    x=xs, y=ys, mode="lines", line={"width": 14}, name=category, text=texts, hoverinfo="text+name"
+                )
+            )
         gx, gy, gt = [], [], []
         for g in d["gaps"]["largest"]:
             a = (g["start_ns"] - d["window_start_ns"]) / 1e6
@@ -48,36 +51,69 @@ def _figures(result: dict, segments: list[dict], icicle: list[dict]) -> list[tup
             gy += ["idle gaps", "idle gaps", None]
             label = f"idle {fmt_ns(g['dur_ns'])} before {g['next_op']['name'][:60]}"
             gt += [label, label, None]
-        fig.add_trace(go.Scattergl(x=gx, y=gy, mode="lines", line={"width": 14, "color": "red"},
-                                   name="largest idle gaps", text=gt, hoverinfo="text"))
-        fig.update_layout(height=160 + 40 * len(streams), xaxis_title="ms from window start",
-                          margin={"l": 90, "r": 20, "t": 30, "b": 40})
+        fig.add_trace(
+            go.Scattergl(
+                x=gx,
+                y=gy,
+                mode="lines",
+                line={"width": 14, "color": "red"},
+                name="largest idle gaps",
+                text=gt,
+                hoverinfo="text",
+            )
+        )
+        fig.update_layout(
+            height=160 + 40 * len(streams),
+            xaxis_title="ms from window start",
+            margin={"l": 90, "r": 20, "t": 30, "b": 40},
+        )
         figs.append((f"timeline-{key}", f"GPU timeline, rank {d['rank']} device {d['device']}", fig))
 
         cats = [c for c in d["categories"]]
-        fig = go.Figure(go.Bar(x=[c["total_ns"] / 1e6 for c in cats], y=[c["category"] for c in cats],
-                               orientation="h", text=[fmt_pct(c["pct"]) for c in cats]))
-        fig.update_layout(height=120 + 28 * len(cats), xaxis_title="ms", yaxis={"autorange": "reversed"},
-                          margin={"l": 120, "r": 20, "t": 30, "b": 40})
+        fig = go.Figure(
+            go.Bar(
+                x=[c["total_ns"] / 1e6 for c in cats],
+                y=[c["category"] for c in cats],
+                orientation="h",
+                text=[fmt_pct(c["pct"]) for c in cats],
+            )
+        )
+        fig.update_layout(
+            height=120 + 28 * len(cats),
+            xaxis_title="ms",
+            yaxis={"autorange": "reversed"},
+            margin={"l": 120, "r": 20, "t": 30, "b": 40},
+        )
         figs.append((f"categories-{key}", "Time by category", fig))
 
         tops = d["top_kernels"]
-        fig = go.Figure(go.Bar(x=[k["total_ns"] / 1e6 for k in tops],
-                               # numbered: kernels whose names share their first 60 characters
-                               # would otherwise be drawn as one bar
-                               y=[f"{i}. {k['name'].removeprefix('void ')[:60]}" for i, k in enumerate(tops, 1)],
-                               orientation="h", text=[fmt_pct(k["pct"]) for k in tops],
-                               hovertext=[k["name"] for k in tops]))
-        fig.update_layout(height=120 + 28 * len(tops), xaxis_title="ms", yaxis={"autorange": "reversed"},
-                          margin={"l": 420, "r": 20, "t": 30, "b": 40})
+        fig = go.Figure(
+            go.Bar(
+                x=[k["total_ns"] / 1e6 for k in tops],
+                # numbered: kernels whose names share their first 60 characters
+                # would otherwise be drawn as one bar
+                y=[f"{i}. {k['name'].removeprefix('void ')[:60]}" for i, k in enumerate(tops, 1)],
+                orientation="h",
+                text=[fmt_pct(k["pct"]) for k in tops],
+                hovertext=[k["name"] for k in tops],
+            )
+        )
+        fig.update_layout(
+            height=120 + 28 * len(tops),
+            xaxis_title="ms",
+            yaxis={"autorange": "reversed"},
+            margin={"l": 420, "r": 20, "t": 30, "b": 40},
+        )
         figs.append((f"kernels-{key}", "Top kernels", fig))
     if result["steps"]:
         steps = result["steps"]
         labels = [f"r{s['rank']} step {s['step']}" for s in steps]
-        fig = go.Figure([
-            go.Bar(name="CPU", x=labels, y=[s["cpu_dur_ns"] / 1e6 for s in steps]),
-            go.Bar(name="GPU", x=labels, y=[(s["gpu_dur_ns"] or 0) / 1e6 for s in steps]),
-        ])
+        fig = go.Figure(
+            [
+                go.Bar(name="CPU", x=labels, y=[s["cpu_dur_ns"] / 1e6 for s in steps]),
+                go.Bar(name="GPU", x=labels, y=[(s["gpu_dur_ns"] or 0) / 1e6 for s in steps]),
+            ]
+        )
         fig.update_layout(barmode="group", yaxis_title="ms", height=320, margin={"t": 30})
         figs.append(("steps", "Per-step time (CPU range and GPU interval)", fig))
     if icicle:
@@ -87,11 +123,18 @@ def _figures(result: dict, segments: list[dict], icicle: list[dict]) -> list[tup
         for n in icicle:
             child_sum[n["parent"]] = child_sum.get(n["parent"], 0) + n["total_ns"]
         own = [max(n["total_ns"] - child_sum.get(n["id"], 0), 0) / 1e6 for n in icicle]
-        fig = go.Figure(go.Icicle(ids=[n["id"] for n in icicle], parents=[n["parent"] for n in icicle],
-                                  labels=[n["label"][:60] for n in icicle],
-                                  values=own, branchvalues="remainder",
-                                  hovertext=[f"{n['label']}<br>{fmt_ns(n['total_ns'])}" for n in icicle],
-                                  hoverinfo="text", tiling={"orientation": "v"}))
+        fig = go.Figure(
+            go.Icicle(
+                ids=[n["id"] for n in icicle],
+                parents=[n["parent"] for n in icicle],
+                labels=[n["label"][:60] for n in icicle],
+                values=own,
+                branchvalues="remainder",
+                hovertext=[f"{n['label']}<br>{fmt_ns(n['total_ns'])}" for n in icicle],
+                hoverinfo="text",
+                tiling={"orientation": "v"},
+            )
+        )
         fig.update_layout(height=700, margin={"t": 30, "l": 10, "r": 10, "b": 10})
         figs.append(("icicle", "Host time (icicle: identical stacks merged, nodes under 0.1% pruned)", fig))
     return figs
@@ -101,8 +144,7 @@ def run_value(value, key: str = "") -> str:
     """A ``run`` field as text: byte counts in GiB, ``*_ns`` in time units, nested objects as
     ``key: value`` lists, booleans as yes/no."""
     if isinstance(value, dict):
-        return ", ".join(f"{k}: {run_value(v, k if k.endswith(('_bytes', '_ns')) else key)}"
-                         for k, v in value.items())
+        return ", ".join(f"{k}: {run_value(v, k if k.endswith(('_bytes', '_ns')) else key)}" for k, v in value.items())
     if isinstance(value, list):
         return ", ".join(run_value(v, key) for v in value)
     if isinstance(value, bool):
@@ -124,7 +166,8 @@ def render_page(template: str, figs: list[tuple[str, str, object]], filters: dic
     plotly_js = resources.files("plotly").joinpath("package_data/plotly.min.js").read_text()
     env = jinja2.Environment(
         loader=jinja2.FunctionLoader(
-            lambda name: resources.files("wanscope.report").joinpath("templates", name).read_text()),
+            lambda name: resources.files("wanscope.report").joinpath("templates", name).read_text()
+        ),
         autoescape=True,
     )
     env.filters.update(ns=fmt_ns, pct=fmt_pct, **filters)
@@ -133,5 +176,11 @@ def render_page(template: str, figs: list[tuple[str, str, object]], filters: dic
 
 def render_html(result: dict, segments: list[dict], icicle: list[dict], title: str) -> str:
     """The whole page as one string (at most ``MAX_HTML_BYTES`` for realistic traces)."""
-    return render_page("report.html", _figures(result, segments, icicle), {"run_value": run_value},
-                       title=title, result=result, ranks_definitions=RANKS_DEFINITIONS)
+    return render_page(
+        "report.html",
+        _figures(result, segments, icicle),
+        {"run_value": run_value},
+        title=title,
+        result=result,
+        ranks_definitions=RANKS_DEFINITIONS,
+    )

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from wanscope.report.units import fmt_ns, fmt_pct
 from wanscope.clitools import console as make_console
+from wanscope.report.units import fmt_ns, fmt_pct
 
 DEFINITIONS = (
     "Definitions: window = first to last GPU activity (kernels, memcpy, memset) per device; "
@@ -51,16 +51,34 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
         c.print(t)
         t = Table("kernel", "count", "total", "mean", "%", title="top kernels")
         for row in d["top_kernels"]:
-            t.add_row(_short(row["name"]), f"{row['count']:,}", fmt_ns(row["total_ns"]), fmt_ns(row["mean_ns"]),
-                      fmt_pct(row["pct"]))
+            t.add_row(
+                _short(row["name"]),
+                f"{row['count']:,}",
+                fmt_ns(row["total_ns"]),
+                fmt_ns(row["mean_ns"]),
+                fmt_pct(row["pct"]),
+            )
         c.print(t)
         if d.get("fused_kernels"):
-            t = Table("fused Triton kernel", "kind", "ops (from the name; Inductor may list only some)", "count",
-                      "total", "%", title="fused kernels")
+            t = Table(
+                "fused Triton kernel",
+                "kind",
+                "ops (from the name; Inductor may list only some)",
+                "count",
+                "total",
+                "%",
+                title="fused kernels",
+            )
             for k in d["fused_kernels"]:
                 ops = ", ".join(k["ops"]) + (f" (+ unmatched: {', '.join(k['unmatched'])})" if k["unmatched"] else "")
-                t.add_row(_short(k["name"], 60), k["kind"] or "-", ops, f"{k['count']:,}", fmt_ns(k["total_ns"]),
-                          fmt_pct(k["pct"]))
+                t.add_row(
+                    _short(k["name"], 60),
+                    k["kind"] or "-",
+                    ops,
+                    f"{k['count']:,}",
+                    fmt_ns(k["total_ns"]),
+                    fmt_pct(k["pct"]),
+                )
             c.print(t)
         g = d["gaps"]
         hist = ", ".join(f"{k}: {v['count']}" for k, v in g["histogram"].items())
@@ -69,14 +87,24 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
         for gap in g["largest"]:
             stack = gap["stack"][-STACK_FRAMES_SHOWN:]
             more = len(gap["stack"]) - len(stack)
-            t.add_row(fmt_ns(gap["dur_ns"]), _short(gap["next_op"]["name"], 50),
-                      (f"… {more} outer frames\n" if more else "") + "\n".join(stack))
+            t.add_row(
+                fmt_ns(gap["dur_ns"]),
+                _short(gap["next_op"]["name"], 50),
+                (f"… {more} outer frames\n" if more else "") + "\n".join(stack),
+            )
         c.print(t)
     if result["syncs"]:
         t = Table("kind", "rank", "api", "op", "frame", "wait", "GPU idle after", title="host-device syncs")
         for s in result["syncs"]:
-            t.add_row(s["kind"], str(s["rank"]), s["api"] or "-", s["op"] or "-", s["frame"] or "-",
-                      fmt_ns(s["wait_ns"]), fmt_ns(s["gpu_idle_after_ns"]))
+            t.add_row(
+                s["kind"],
+                str(s["rank"]),
+                s["api"] or "-",
+                s["op"] or "-",
+                s["frame"] or "-",
+                fmt_ns(s["wait_ns"]),
+                fmt_ns(s["gpu_idle_after_ns"]),
+            )
         c.print(t)
     else:
         c.print("host-device syncs: none")
@@ -98,22 +126,54 @@ def render_ranks(ranks: dict, console: Console) -> None:
     c = console
     c.rule("ranks")
     if ranks["communication"]:
-        t = Table("rank", "device", "comm kernels", "comm time", "comm busy", "compute busy", "overlap",
-                  "overlap %", "exposed comm", title="communication vs compute per rank")
+        t = Table(
+            "rank",
+            "device",
+            "comm kernels",
+            "comm time",
+            "comm busy",
+            "compute busy",
+            "overlap",
+            "overlap %",
+            "exposed comm",
+            title="communication vs compute per rank",
+        )
         for r in ranks["communication"]:
-            t.add_row(str(r["rank"]), str(r["device"]), f"{r['communication_count']:,}", fmt_ns(r["communication_ns"]),
-                      fmt_ns(r["communication_busy_ns"]), fmt_ns(r["compute_busy_ns"]), fmt_ns(r["overlap_ns"]),
-                      fmt_pct(r["overlap_pct"]), fmt_ns(r["exposed_communication_ns"]))
+            t.add_row(
+                str(r["rank"]),
+                str(r["device"]),
+                f"{r['communication_count']:,}",
+                fmt_ns(r["communication_ns"]),
+                fmt_ns(r["communication_busy_ns"]),
+                fmt_ns(r["compute_busy_ns"]),
+                fmt_ns(r["overlap_ns"]),
+                fmt_pct(r["overlap_pct"]),
+                fmt_ns(r["exposed_communication_ns"]),
+            )
         c.print(t)
     else:
         c.print("communication vs compute per rank: no GPU kernels in the traces (it needs CUDA activities)")
     if ranks["steps"]:
-        t = Table("step", "basis", "rank", "step time", "exposed comm", "work", "slowest (+ spread)",
-                  title="slowest rank per step (most work first)")
+        t = Table(
+            "step",
+            "basis",
+            "rank",
+            "step time",
+            "exposed comm",
+            "work",
+            "slowest (+ spread)",
+            title="slowest rank per step (most work first)",
+        )
         for s in ranks["steps"]:
             for i, r in enumerate(s["ranks"]):
-                t.add_row(str(s["step"]) if i == 0 else "", s["basis"] if i == 0 else "", str(r["rank"]),
-                          fmt_ns(r["dur_ns"]), fmt_ns(r["exposed_communication_ns"]), fmt_ns(r["work_ns"]),
-                          f"slowest, +{fmt_ns(s['spread_ns'])}" if r["rank"] == s["slowest_rank"] else "")
+                t.add_row(
+                    str(s["step"]) if i == 0 else "",
+                    s["basis"] if i == 0 else "",
+                    str(r["rank"]),
+                    fmt_ns(r["dur_ns"]),
+                    fmt_ns(r["exposed_communication_ns"]),
+                    fmt_ns(r["work_ns"]),
+                    f"slowest, +{fmt_ns(s['spread_ns'])}" if r["rank"] == s["slowest_rank"] else "",
+                )
         c.print(t)
     c.print(f"[dim]{RANKS_DEFINITIONS}[/dim]")

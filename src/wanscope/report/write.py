@@ -117,8 +117,9 @@ def prepare_out_dir(folder: Path, files=()) -> None:
         raise
 
 
-def write_report(con, result: dict, out_dir: Path, title: str, scope: Scope | None = None,
-                 inputs=()) -> tuple[Path, Path]:
+def write_report(
+    con, result: dict, out_dir: Path, title: str, scope: Scope | None = None, inputs=()
+) -> tuple[Path, Path]:
     """Render and write both files; returns their paths. The page is rendered before the
     directory is made: an interrupt or an error leaves no directory behind."""
     page = render_html(result, timeline_segments(con, scope or Scope()), icicle_nodes(con), title)

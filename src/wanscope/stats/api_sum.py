@@ -14,14 +14,27 @@ from __future__ import annotations
 from wanscope.stats.report import NoDataError, Report
 from wanscope.stats.summary import summarize
 
-COLUMNS = ["Time (%)", "Total Time (ns)", "Num Calls", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)", "Name"]
+COLUMNS = [
+    "Time (%)",
+    "Total Time (ns)",
+    "Num Calls",
+    "Avg (ns)",
+    "Med (ns)",
+    "Min (ns)",
+    "Max (ns)",
+    "StdDev (ns)",
+    "Name",
+]
 
 
 def cuda_api_sum(con) -> Report:
     """Raises NoDataError when no CUDA API call was captured."""
-    rows = summarize(con, "SELECT regexp_replace(raw_name, '_v[0-9]{4}$', '') AS name, dur_ns AS value FROM api_calls",
+    rows = summarize(
+        con,
+        "SELECT regexp_replace(raw_name, '_v[0-9]{4}$', '') AS name, dur_ns AS value FROM api_calls",
         ["name"],
-        "total DESC, n, name",)
+        "total DESC, n, name",
+    )
     if not rows:
         raise NoDataError("no CUDA API calls in the input")
     return Report("cuda_api_sum", COLUMNS, rows)

@@ -30,21 +30,43 @@ RULE_OPTIONS = {"gpu_gaps": ("gap_ms", "rows"), "gpu_time_util": ("threshold", "
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
 @click.option("--report", "report_name", required=True, type=click.Choice(list(REPORTS)), help="Which report.")
 @format_option("table", "csv", "json")
-@click.option("--gap-ms", default=DEFAULT_GAP_MS, show_default=True, type=click.IntRange(0),
-              help="gpu_gaps: report idle gaps longer than this (ms).")
-@click.option("--threshold", default=DEFAULT_THRESHOLD_PCT, show_default=True, type=click.IntRange(0),
-              help="gpu_time_util: report chunks below this GPU in-use percentage.")
-@click.option("--chunks", default=DEFAULT_CHUNKS, show_default=True, type=click.IntRange(1, 1000),
-              help="gpu_time_util: equal-duration chunks per process and device.")
-@click.option("--rows", default=DEFAULT_ROWS, show_default=True, type=click.IntRange(0),
-              help="gpu_gaps, gpu_time_util: at most this many rows (0: all).")
+@click.option(
+    "--gap-ms",
+    default=DEFAULT_GAP_MS,
+    show_default=True,
+    type=click.IntRange(0),
+    help="gpu_gaps: report idle gaps longer than this (ms).",
+)
+@click.option(
+    "--threshold",
+    default=DEFAULT_THRESHOLD_PCT,
+    show_default=True,
+    type=click.IntRange(0),
+    help="gpu_time_util: report chunks below this GPU in-use percentage.",
+)
+@click.option(
+    "--chunks",
+    default=DEFAULT_CHUNKS,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="gpu_time_util: equal-duration chunks per process and device.",
+)
+@click.option(
+    "--rows",
+    default=DEFAULT_ROWS,
+    show_default=True,
+    type=click.IntRange(0),
+    help="gpu_gaps, gpu_time_util: at most this many rows (0: all).",
+)
 @click.pass_context
 def stats(ctx, traces, report_name, fmt, gap_ms, threshold, chunks, rows):
     given = {"gap_ms": gap_ms, "threshold": threshold, "chunks": chunks, "rows": rows}
     accepted = RULE_OPTIONS.get(report_name, ())
     for name in given:
         if name not in accepted and ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
-            raise UsageError(f"--{name.replace('_', '-')} applies to {' and '.join(n for n, o in RULE_OPTIONS.items() if name in o)}, not {report_name}")
+            raise UsageError(
+                f"--{name.replace('_', '-')} applies to {' and '.join(n for n, o in RULE_OPTIONS.items() if name in o)}, not {report_name}"
+            )
     from wanscope.trace import open_traces
 
     con = open_traces(traces)

@@ -25,7 +25,9 @@ DEFAULT_CHUNKS = 30
 DEFAULT_ROWS = 50
 
 
-def gpu_time_util(con, threshold: int = DEFAULT_THRESHOLD_PCT, chunks: int = DEFAULT_CHUNKS, rows: int = DEFAULT_ROWS) -> Report:
+def gpu_time_util(
+    con, threshold: int = DEFAULT_THRESHOLD_PCT, chunks: int = DEFAULT_CHUNKS, rows: int = DEFAULT_ROWS
+) -> Report:
     """Args: threshold: report chunks below this in-use %; chunks: 1 to 1000; rows: at
     most this many rows, 0 for all.
 

@@ -11,7 +11,17 @@ from __future__ import annotations
 from wanscope.stats.report import NoDataError, Report
 from wanscope.stats.summary import summarize
 
-COLUMNS = ["Time (%)", "Total Time (ns)", "Instances", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)", "Name"]
+COLUMNS = [
+    "Time (%)",
+    "Total Time (ns)",
+    "Instances",
+    "Avg (ns)",
+    "Med (ns)",
+    "Min (ns)",
+    "Max (ns)",
+    "StdDev (ns)",
+    "Name",
+]
 
 
 def cuda_gpu_kern_sum(con) -> Report:

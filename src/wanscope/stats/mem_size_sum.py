@@ -17,15 +17,23 @@ BYTES_PER_MB = 1e6
 def cuda_gpu_mem_size_sum(con) -> Report:
     """Raises NoDataError when no memcpy or memset was captured."""
     # a memory operation whose size was not recorded (or not a number) has no place here
-    rows = summarize(con, f"SELECT {operation_sql()} AS operation, bytes AS value FROM memops WHERE bytes IS NOT NULL",
-                     ["operation"], "total DESC, operation")
+    rows = summarize(
+        con,
+        f"SELECT {operation_sql()} AS operation, bytes AS value FROM memops WHERE bytes IS NOT NULL",
+        ["operation"],
+        "total DESC, operation",
+    )
     if not rows:
         raise NoDataError("no GPU memory operations (memcpy/memset) with a size in the input")
+
     def mb(nbytes):
         return round(nbytes / BYTES_PER_MB, 3)
 
     return Report(
         "cuda_gpu_mem_size_sum",
         COLUMNS,
-        [(mb(total), n, mb(mean), mb(med), mb(lo), mb(hi), mb(sd), op) for _, total, n, mean, med, lo, hi, sd, op in rows],
+        [
+            (mb(total), n, mb(mean), mb(med), mb(lo), mb(hi), mb(sd), op)
+            for _, total, n, mean, med, lo, hi, sd, op in rows
+        ],
     )

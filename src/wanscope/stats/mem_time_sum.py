@@ -11,12 +11,27 @@ from wanscope.stats.memops import operation_sql
 from wanscope.stats.report import NoDataError, Report
 from wanscope.stats.summary import summarize
 
-COLUMNS = ["Time (%)", "Total Time (ns)", "Count", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)", "Operation"]
+COLUMNS = [
+    "Time (%)",
+    "Total Time (ns)",
+    "Count",
+    "Avg (ns)",
+    "Med (ns)",
+    "Min (ns)",
+    "Max (ns)",
+    "StdDev (ns)",
+    "Operation",
+]
 
 
 def cuda_gpu_mem_time_sum(con) -> Report:
     """Raises NoDataError when no memcpy or memset was captured."""
-    rows = summarize(con, f"SELECT {operation_sql()} AS operation, dur_ns AS value FROM memops", ["operation"], "total DESC, operation")
+    rows = summarize(
+        con,
+        f"SELECT {operation_sql()} AS operation, dur_ns AS value FROM memops",
+        ["operation"],
+        "total DESC, operation",
+    )
     if not rows:
         raise NoDataError("no GPU memory operations (memcpy/memset) in the input")
     return Report("cuda_gpu_mem_time_sum", COLUMNS, rows)

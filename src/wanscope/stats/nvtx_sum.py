@@ -13,7 +13,18 @@ from __future__ import annotations
 from wanscope.stats.report import NoDataError, Report
 from wanscope.stats.summary import summarize
 
-COLUMNS = ["Time (%)", "Total Time (ns)", "Instances", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)", "Style", "Range"]
+COLUMNS = [
+    "Time (%)",
+    "Total Time (ns)",
+    "Instances",
+    "Avg (ns)",
+    "Med (ns)",
+    "Min (ns)",
+    "Max (ns)",
+    "StdDev (ns)",
+    "Style",
+    "Range",
+]
 
 
 def nvtx_sum(con) -> Report:

@@ -73,8 +73,16 @@ CATEGORIES = {
 }
 # Categories that are known and carry nothing the schema keeps.
 IGNORED_CATEGORIES = {
-    "ac2g", "fwdbwd", "overhead", "trace", "gpu_user_annotation", "cuda_profiler_range",
-    "python_function_call", "mtia_ccp_events", "kineto", "gpu_hw_counter",
+    "ac2g",
+    "fwdbwd",
+    "overhead",
+    "trace",
+    "gpu_user_annotation",
+    "cuda_profiler_range",
+    "python_function_call",
+    "mtia_ccp_events",
+    "kineto",
+    "gpu_hw_counter",
 }
 
 # Fields read from each event. Times are parsed from the number's text straight into
@@ -82,17 +90,30 @@ IGNORED_CATEGORIES = {
 # 64 bits are detected instead of failing the whole read. A value that does not convert
 # becomes NULL (ignore_errors) and its record is counted.
 _ARGS = {
-    "External id": "VARCHAR", "correlation": "VARCHAR", "device": "VARCHAR",
-    "stream": "VARCHAR", "grid": "VARCHAR", "block": "VARCHAR",
-    "registers per thread": "VARCHAR", "shared memory": "VARCHAR", "bytes": "VARCHAR",
-    "Input Dims": "VARCHAR", "name": "VARCHAR",
+    "External id": "VARCHAR",
+    "correlation": "VARCHAR",
+    "device": "VARCHAR",
+    "stream": "VARCHAR",
+    "grid": "VARCHAR",
+    "block": "VARCHAR",
+    "registers per thread": "VARCHAR",
+    "shared memory": "VARCHAR",
+    "bytes": "VARCHAR",
+    "Input Dims": "VARCHAR",
+    "name": "VARCHAR",
 }
 _COLUMNS = {
-    "ph": "VARCHAR", "cat": "VARCHAR", "name": "VARCHAR", "pid": "VARCHAR", "tid": "VARCHAR",
+    "ph": "VARCHAR",
+    "cat": "VARCHAR",
+    "name": "VARCHAR",
+    "pid": "VARCHAR",
+    "tid": "VARCHAR",
     # Parsing the number's text into 3 decimals rounds half away from zero, as round() does,
     # so ts * 1000 is then exactly round(ts * 1000); 35 digits keep that product within
     # DECIMAL(38) (larger values fail the parse and count as no_timing).
-    "ts": "DECIMAL(35, 3)", "dur": "DECIMAL(35, 3)", "id": "VARCHAR",
+    "ts": "DECIMAL(35, 3)",
+    "dur": "DECIMAL(35, 3)",
+    "id": "VARCHAR",
     "args": "STRUCT(" + ", ".join(f'"{k}" {v}' for k, v in _ARGS.items()) + ")",
     UNDECODABLE_KEY: "BOOLEAN",
 }
@@ -105,8 +126,14 @@ _IGNORED = ", ".join(f"'{c}'" for c in IGNORED_CATEGORIES)
 _GPU = "('kernel', 'gpu_memcpy', 'memcpy', 'gpu_memset', 'memset')"
 _API = "('cuda_runtime', 'runtime', 'cuda_driver', 'driver')"
 _HOST = "('cpu_op', 'operator', 'python_function', 'user_annotation')"
-_WARNINGS = ("no_timing", "zero_duration", "end_before_start", "malformed_event", "unknown_category",
-             "integer_overflow")
+_WARNINGS = (
+    "no_timing",
+    "zero_duration",
+    "end_before_start",
+    "malformed_event",
+    "unknown_category",
+    "integer_overflow",
+)
 
 # One pass over the parsed events computes, per record, where it goes (``dest``: kernel,
 # memop, api, host, sync, flow, or NULL when excluded), its typed columns and the warnings
@@ -343,9 +370,9 @@ class _Layout:
         path; return the bytes after the region's ``]``. The file is read into one buffer,
         reused for every run (a new one per read cost a page fault per 4 KB and, with the
         concatenation, twice the memory)."""
-        tail = rest if rest.startswith(b"\n") else rest[rest.index(b"\n"):]
+        tail = rest if rest.startswith(b"\n") else rest[rest.index(b"\n") :]
         buf = bytearray(len(tail) + CHUNK_BYTES)
-        buf[:len(tail)] = tail
+        buf[: len(tail)] = tail
         filled = len(tail)  # buf[filled:] is free (or stale) room
         eof = False
         while True:
@@ -353,14 +380,14 @@ class _Layout:
                 if len(buf) - filled < CHUNK_BYTES:  # an event longer than the room left
                     buf += bytes(CHUNK_BYTES)
                 with memoryview(buf) as view:
-                    n = f.readinto(view[filled:filled + CHUNK_BYTES])
+                    n = f.readinto(view[filled : filled + CHUNK_BYTES])
                 eof = not n
                 filled += n
             # The region's end follows its last event: look for it after the last event start.
             cut = buf.rfind(self.marker, 0, filled)
             end = buf.find(self.end, max(cut, 0), filled)
             if end >= 0:
-                trailer = bytes(buf[end + len(self.end):filled])
+                trailer = bytes(buf[end + len(self.end) : filled])
                 if not eof:
                     trailer += _read_bounded(f, EVENT_LIMIT - len(trailer), path, "the part after traceEvents")
                 chunk = write(buf, end, last=True)
@@ -381,7 +408,7 @@ class _Layout:
                 continue
             chunk = write(buf, cut)
             tail = bytes(buf[cut:filled])
-            buf[:len(tail)] = tail
+            buf[: len(tail)] = tail
             filled = len(tail)
             if chunk:
                 yield chunk
@@ -699,8 +726,9 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
         raise InputError(path, f"truncated or corrupt gzip ({e})") from None
     except duckdb.InvalidInputException as e:
         if "maximum_object_size" in str(e):  # the fields staged of one event pass DuckDB's limit
-            raise InputError(path, "an event too large for DuckDB's JSON reader: "
-                                   "not a PyTorch profiler trace") from None
+            raise InputError(
+                path, "an event too large for DuckDB's JSON reader: not a PyTorch profiler trace"
+            ) from None
         raise InputError(path, f"malformed JSON ({str(e).splitlines()[0][:120]})") from None
     except duckdb.Error as e:
         raise InputError(path, f"cannot ingest ({str(e).splitlines()[0][:120]})") from None
@@ -743,7 +771,8 @@ def _insert_stage(con, rank: int, warn: dict[str, int]) -> None:
     straight from the parsed rows (no second uncompressed copy); count their warnings;
     drop ``_stage``; compress what was moved (a checkpoint)."""
     counts = con.execute(
-        "SELECT " + ", ".join(f"count(*) FILTER ({w})" for w in _WARNINGS) + " FROM _stage").fetchall()[0]
+        "SELECT " + ", ".join(f"count(*) FILTER ({w})" for w in _WARNINGS) + " FROM _stage"
+    ).fetchall()[0]
     for kind, n in zip(_WARNINGS, counts):
         if n:
             warn[kind] = warn.get(kind, 0) + n
@@ -800,8 +829,9 @@ def _create_flows(con) -> None:
     con.execute("CREATE OR REPLACE TEMP TABLE _kineto_flows (id VARCHAR, ph VARCHAR)")
 
 
-def _finish_source(con, path: Path, source_id: int, rank: int, staged_as: int, meta: dict, events: int,
-                   warn: dict) -> None:
+def _finish_source(
+    con, path: Path, source_id: int, rank: int, staged_as: int, meta: dict, events: int, warn: dict
+) -> None:
     """Set the rank of this source's rows (written as ``staged_as``), record devices, meta
     and warnings."""
     unpaired = con.execute("""
@@ -824,8 +854,14 @@ def _finish_source(con, path: Path, source_id: int, rank: int, staged_as: int, m
         name = dev.get("name")
         con.execute(
             "INSERT INTO devices VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)",
-            [rank, dev["id"], name if isinstance(name, str) else None, cc, _int(dev.get("numSms")),
-             _int(dev.get("totalGlobalMem"), bits=64, minimum=0)],
+            [
+                rank,
+                dev["id"],
+                name if isinstance(name, str) else None,
+                cc,
+                _int(dev.get("numSms")),
+                _int(dev.get("totalGlobalMem"), bits=64, minimum=0),
+            ],
         )
     for key, value in meta.items():
         if key in ("deviceProperties", "traceEvents"):

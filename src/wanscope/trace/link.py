@@ -17,8 +17,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 
 
-def nest(thread: np.ndarray, start: np.ndarray, end: np.ndarray,
-         tie: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def nest(
+    thread: np.ndarray, start: np.ndarray, end: np.ndarray, tie: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Nesting of host ranges by time on each thread.
 
     Args:
@@ -139,14 +140,18 @@ def _nest_cpu_ops(con: duckdb.DuckDBPyConnection) -> None:
         return
     n, limit = rows[0], rows[1]
     con.execute(_NEST_INPUT_SQL)
-    cols = {"thread": np.empty(n, np.int32),
-            "start_ns": np.empty(n, np.int64), "end_ns": np.empty(n, np.int64), "tie": np.empty(n, np.int64)}
+    cols = {
+        "thread": np.empty(n, np.int32),
+        "start_ns": np.empty(n, np.int64),
+        "end_ns": np.empty(n, np.int64),
+        "tie": np.empty(n, np.int64),
+    }
     filled = 0
     for lo in range(0, limit, _PIECE_ROWS):
         piece = con.execute(_NEST_PIECE_SQL, [lo, lo + _PIECE_ROWS]).fetchnumpy()
         k = len(piece["thread"])
         for name, out in cols.items():
-            out[filled:filled + k] = piece[name]
+            out[filled : filled + k] = piece[name]
         filled += k
     # Popped into the call: nest holds the only references and frees them as it goes.
     ids, parent, depth = nest(cols.pop("thread"), cols.pop("start_ns"), cols.pop("end_ns"), cols.pop("tie"))

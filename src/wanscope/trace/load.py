@@ -72,7 +72,10 @@ def sniff(path: Path) -> str:
         return "kineto-gz"
     if head.lstrip()[:1] == b"{":
         return "kineto"
-    raise InputError(path, "not a trace: expected Kineto JSON (.json/.json.gz), an Nsight Systems SQLite export or a wanscope database")
+    raise InputError(
+        path,
+        "not a trace: expected Kineto JSON (.json/.json.gz), an Nsight Systems SQLite export or a wanscope database",
+    )
 
 
 def _may_be_trace(path: Path) -> bool:
@@ -84,7 +87,7 @@ def _may_be_trace(path: Path) -> bool:
     try:
         if not path.stat().st_size:
             return True  # an empty rank file is an error (ingest says so), not a file passed over
-        with (gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")) as f:
+        with gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb") as f:
             return b'"traceEvents"' in f.read(1 << 20)
     except (OSError, EOFError, zlib.error):
         return True  # unreadable: let the ingest say what is wrong with it
@@ -107,8 +110,14 @@ def expand(paths: list[str | os.PathLike]) -> list[Path]:
             raise InputError(p, f"cannot read: {e.strerror or e}") from None
         if stat.S_ISDIR(mode):
             try:
-                inner = sorted(q for q in p.iterdir() if q.is_file() and not q.name.startswith(".")
-                               and q.name.endswith(TRACE_SUFFIXES) and _may_be_trace(q))
+                inner = sorted(
+                    q
+                    for q in p.iterdir()
+                    if q.is_file()
+                    and not q.name.startswith(".")
+                    and q.name.endswith(TRACE_SUFFIXES)
+                    and _may_be_trace(q)
+                )
             except OSError as e:
                 raise InputError(p, f"cannot read the directory: {e.strerror or e}") from None
             if not inner:
@@ -145,13 +154,17 @@ def _open_database(path: Path) -> duckdb.DuckDBPyConnection:
     except duckdb.Error as e:
         if con is not None:
             con.close()
-        raise InputError(path, f"cannot open the DuckDB database ({str(e).splitlines()[0][:120]}); truncated or corrupt?") from None
+        raise InputError(
+            path, f"cannot open the DuckDB database ({str(e).splitlines()[0][:120]}); truncated or corrupt?"
+        ) from None
     missing = sorted(want - have)
     if missing:
         con.close()
         if not {t for t, _ in have} & {t for t, _ in want}:
             raise InputError(path, "a DuckDB database without wanscope's tables")
-        raise InputError(path, f"a DuckDB database whose tables are not wanscope's (no column {missing[0][0]}.{missing[0][1]})")
+        raise InputError(
+            path, f"a DuckDB database whose tables are not wanscope's (no column {missing[0][0]}.{missing[0][1]})"
+        )
     return con
 
 
@@ -162,17 +175,25 @@ def _check_db_target(db: Path, inputs: list[Path]) -> None:
     if db.exists() and db.stat().st_size:
         with open(db, "rb") as f:
             if f.read(12)[8:12] != b"DUCK":
-                raise InputError(db, "exists and is not a DuckDB database; not replacing it (--db keeps the ingested database)")
+                raise InputError(
+                    db, "exists and is not a DuckDB database; not replacing it (--db keeps the ingested database)"
+                )
         try:
             with duckdb.connect(str(db), read_only=True) as con:
-                ours = con.execute("SELECT count(*) FROM information_schema.tables "
-                                   "WHERE table_schema = 'main' AND table_name = 'sources'").fetchall()[0][0]
+                ours = con.execute(
+                    "SELECT count(*) FROM information_schema.tables "
+                    "WHERE table_schema = 'main' AND table_name = 'sources'"
+                ).fetchall()[0][0]
         except duckdb.Error as e:
-            raise InputError(db, f"exists and cannot be opened as a DuckDB database ({str(e).splitlines()[0][:120]}); "
-                                 "not replacing it") from None
+            raise InputError(
+                db,
+                f"exists and cannot be opened as a DuckDB database ({str(e).splitlines()[0][:120]}); not replacing it",
+            ) from None
         if not ours:
-            raise InputError(db, "is a DuckDB database without wanscope's tables; not replacing it "
-                                 "(--db keeps the ingested database)")
+            raise InputError(
+                db,
+                "is a DuckDB database without wanscope's tables; not replacing it (--db keeps the ingested database)",
+            )
 
 
 def open_traces(paths, db: str | os.PathLike | None = None) -> duckdb.DuckDBPyConnection:
@@ -192,7 +213,9 @@ def open_traces(paths, db: str | os.PathLike | None = None) -> duckdb.DuckDBPyCo
         if len(files) != 1:
             raise InputError(files[kinds.index("database")], "a wanscope database must be given alone")
         if db is not None:
-            raise UsageError(f"--db {db}: {files[0]} is already a wanscope database; --db keeps the database of ingested traces")
+            raise UsageError(
+                f"--db {db}: {files[0]} is already a wanscope database; --db keeps the database of ingested traces"
+            )
         return _open_database(files[0])
     tmp_db = None
     if db is not None:

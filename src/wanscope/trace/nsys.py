@@ -88,7 +88,9 @@ def ingest(con: duckdb.DuckDBPyConnection, path, source_id: int, kernel_names: s
     except (duckdb.Error, TypeError, ValueError, OverflowError) as e:
         # Values of a type nsys never writes (a name that is a blob, a device id that is a
         # huge real): the export is damaged beyond what per-record counting can absorb.
-        raise InputError(path, f"values nsys never writes in the export ({str(e).splitlines()[0][:100]}); corrupt?") from None
+        raise InputError(
+            path, f"values nsys never writes in the export ({str(e).splitlines()[0][:100]}); corrupt?"
+        ) from None
     finally:
         export.con.close()
 
@@ -134,9 +136,11 @@ class _Ingest:
         with usable times, after counting the others into the warnings. GPU records need
         positive start and end; API calls (``zero_start``) only a start >= 0."""
         ints = _integers("start", '"end"')
-        bad, good = ("start < 0", "start >= 0") if zero_start else ('start <= 0 OR "end" <= 0', 'start > 0 AND "end" > 0')
+        bad, good = (
+            ("start < 0", "start >= 0") if zero_start else ('start <= 0 OR "end" <= 0', 'start > 0 AND "end" > 0')
+        )
         no_timing, backwards = self.export.con.execute(
-            f'SELECT count(*) FILTER (WHERE NOT ({ints}) OR {bad}), '
+            f"SELECT count(*) FILTER (WHERE NOT ({ints}) OR {bad}), "
             f'count(*) FILTER (WHERE {ints} AND {good} AND "end" < start) FROM "{table}"'
         ).fetchone()
         self._warn("no_timing", no_timing)
@@ -152,7 +156,10 @@ class _Ingest:
         pids: set[int] = set()
         for table in (self.kernel_table, self.memcpy_table, self.memset_table):
             if table:
-                pids.update(r[0] for r in self.export.con.execute(f'SELECT DISTINCT (globalPid >> 24) & 16777215 FROM "{table}"'))
+                pids.update(
+                    r[0]
+                    for r in self.export.con.execute(f'SELECT DISTINCT (globalPid >> 24) & 16777215 FROM "{table}"')
+                )
         used = self.con.execute(
             "SELECT max(rank) FROM (SELECT rank FROM sources UNION ALL SELECT rank FROM kernels UNION ALL SELECT rank FROM memops)"
         ).fetchall()[0][0]
@@ -191,7 +198,23 @@ class _Ingest:
         self._warn("malformed_event", len(rows) - len(named))  # name id not in StringIds
         self.event_count += len(rows) - len(named)
         rows = named
-        names = ["device", "stream", "s", "e", "name", "corr", "pid", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "regs", "smem"]
+        names = [
+            "device",
+            "stream",
+            "s",
+            "e",
+            "name",
+            "corr",
+            "pid",
+            "grid_x",
+            "grid_y",
+            "grid_z",
+            "block_x",
+            "block_y",
+            "block_z",
+            "regs",
+            "smem",
+        ]
         self._insert(
             "kernels",
             names,

@@ -61,7 +61,13 @@ NVTX_RANGE_STYLES: dict[int, str] = {59: "PushPop", 60: "StartEnd", 70: "PushPop
 NVTX_DOMAIN_CREATE = 75
 
 # Tables whose presence identifies an Nsight Systems export (any one of them).
-_NSYS_MARKERS = ("META_DATA_EXPORT", "EXPORT_META_DATA", "TARGET_INFO_SESSION_START_TIME", "ThreadNames", "ProcessStreams")
+_NSYS_MARKERS = (
+    "META_DATA_EXPORT",
+    "EXPORT_META_DATA",
+    "TARGET_INFO_SESSION_START_TIME",
+    "ThreadNames",
+    "ProcessStreams",
+)
 
 
 @dataclass(frozen=True)

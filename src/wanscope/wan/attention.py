@@ -32,7 +32,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from wanscope.errors import UsageError
 
 
-class AttentionBackend(str, Enum):
+class AttentionBackend(str, Enum):  # noqa: UP042 - str() and f-strings give the member name, as callers expect
     SDPA = "sdpa"
     CUDNN = "cudnn"
     FLASH = "flash"

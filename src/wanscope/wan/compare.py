@@ -76,7 +76,10 @@ class Comparison:
 
 
 def compare_modes(
-    parts: Components, requests: list[Request], fast: FastConfig, progress: Progress | None = None,
+    parts: Components,
+    requests: list[Request],
+    fast: FastConfig,
+    progress: Progress | None = None,
     keep_frames: bool = False,
 ) -> Comparison:
     """Generate every request exact and fast, and score fast against exact.
@@ -125,8 +128,16 @@ def compare_modes(
         a = to_frames(decode(vae, exact.to(parts.device), cfg.vae))
         b = to_frames(decode(vae, fast_latents.to(parts.device), cfg.vae))
         err = quality.mse(b, a)
-        scores.append(PromptScore(req.prompt, err, quality.psnr_from_mse(err), quality.ssim(b, a),
-                                  a if keep_frames else None, b if keep_frames else None))
+        scores.append(
+            PromptScore(
+                req.prompt,
+                err,
+                quality.psnr_from_mse(err),
+                quality.ssim(b, a),
+                a if keep_frames else None,
+                b if keep_frames else None,
+            )
+        )
     del vae
     release()
     return Comparison(scores)
@@ -140,8 +151,21 @@ def as_json(comparison: Comparison) -> dict:
         return None if math.isinf(x) else round(x, 4)
 
     return {
-        "prompts": [{"prompt": s.prompt, "psnr_db": db(s.psnr_db), "ssim": round(s.ssim, 6), "mse": s.mse,
-                     "identical": s.mse == 0} for s in comparison.scores],
-        "overall": {"psnr_db": db(comparison.psnr_db), "ssim": round(comparison.ssim, 6), "mse": comparison.mse,
-                    "worst_psnr_db": db(comparison.worst_psnr_db), "worst_ssim": round(comparison.worst_ssim, 6)},
+        "prompts": [
+            {
+                "prompt": s.prompt,
+                "psnr_db": db(s.psnr_db),
+                "ssim": round(s.ssim, 6),
+                "mse": s.mse,
+                "identical": s.mse == 0,
+            }
+            for s in comparison.scores
+        ],
+        "overall": {
+            "psnr_db": db(comparison.psnr_db),
+            "ssim": round(comparison.ssim, 6),
+            "mse": comparison.mse,
+            "worst_psnr_db": db(comparison.worst_psnr_db),
+            "worst_ssim": round(comparison.worst_ssim, 6),
+        },
     }

@@ -159,12 +159,8 @@ PRESETS: dict[str, WanConfig] = {
     # For tests and CPU smoke runs: every code path of the real model at toy sizes.
     "tiny": WanConfig(
         name="tiny",
-        dit=DiTConfig(
-            dim=64, num_layers=2, num_heads=2, ffn_dim=128, freq_dim=32, text_len=16, text_dim=32
-        ),
-        text_encoder=TextEncoderConfig(
-            vocab_size=384, dim=32, ffn_dim=64, num_heads=4, head_dim=8, num_layers=2
-        ),
+        dit=DiTConfig(dim=64, num_layers=2, num_heads=2, ffn_dim=128, freq_dim=32, text_len=16, text_dim=32),
+        text_encoder=TextEncoderConfig(vocab_size=384, dim=32, ffn_dim=64, num_heads=4, head_dim=8, num_layers=2),
         vae=VAEConfig(base_dim=8),
         sampling=SamplingConfig(steps=4, frames=5, height=64, width=64),
     ),

@@ -42,7 +42,7 @@ from wanscope.wan.attention import (
 from wanscope.wan.config import DiTConfig
 
 
-class Kernels(str, Enum):
+class Kernels(str, Enum):  # noqa: UP042 - str() and f-strings give the member name, as callers expect
     """How a block runs: ``torch`` ops (the reference path) or the fused Triton custom ops of
     ``wanscope.kernels`` (``wan/fused.py``; same math, one rounding per fused output)."""
 
@@ -98,9 +98,7 @@ def sinusoidal_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.cat([torch.cos(angles), torch.sin(angles)], dim=1).float()
 
 
-def rope_tables(
-    cfg: DiTConfig, grid: tuple[int, int, int], device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(cfg: DiTConfig, grid: tuple[int, int, int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Cosine and sine tables of the 3-D rotary embedding for a token grid.
 
     The head dim's pairs are split into frame, height and width groups (``cfg.rope_split``);
@@ -222,9 +220,7 @@ class Block(nn.Module):
         super().__init__()
         self.norm1 = nn.LayerNorm(cfg.dim, cfg.eps, elementwise_affine=False)
         self.self_attn = Attention(cfg)
-        self.norm3 = (
-            nn.LayerNorm(cfg.dim, cfg.eps, elementwise_affine=True) if cfg.cross_attn_norm else None
-        )
+        self.norm3 = nn.LayerNorm(cfg.dim, cfg.eps, elementwise_affine=True) if cfg.cross_attn_norm else None
         self.cross_attn = Attention(cfg)
         self.norm2 = nn.LayerNorm(cfg.dim, cfg.eps, elementwise_affine=False)
         self.ffn = nn.Sequential(
@@ -299,15 +295,11 @@ class WanDiT(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.attention_backend = attention_backend
-        self.patch_embedding = nn.Conv3d(
-            cfg.in_channels, cfg.dim, kernel_size=cfg.patch_size, stride=cfg.patch_size
-        )
+        self.patch_embedding = nn.Conv3d(cfg.in_channels, cfg.dim, kernel_size=cfg.patch_size, stride=cfg.patch_size)
         self.text_embedding = nn.Sequential(
             nn.Linear(cfg.text_dim, cfg.dim), nn.GELU(approximate="tanh"), nn.Linear(cfg.dim, cfg.dim)
         )
-        self.time_embedding = nn.Sequential(
-            nn.Linear(cfg.freq_dim, cfg.dim), nn.SiLU(), nn.Linear(cfg.dim, cfg.dim)
-        )
+        self.time_embedding = nn.Sequential(nn.Linear(cfg.freq_dim, cfg.dim), nn.SiLU(), nn.Linear(cfg.dim, cfg.dim))
         self.time_projection = nn.Sequential(nn.SiLU(), nn.Linear(cfg.dim, 6 * cfg.dim))
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
         self.head = Head(cfg)

@@ -14,9 +14,9 @@ ends with the same latents, and rank 0 alone decodes the video.
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -68,8 +68,7 @@ class Request:
         mult_h, mult_w = sh * patch[1], sw * patch[2]
         if self.height <= 0 or self.width <= 0 or self.height % mult_h or self.width % mult_w:
             raise UsageError(
-                f"size {self.width}x{self.height}: width must be a positive multiple of {mult_w} "
-                f"and height of {mult_h}"
+                f"size {self.width}x{self.height}: width must be a positive multiple of {mult_w} and height of {mult_h}"
             )
         if self.frames < 1 or (self.frames - 1) % sf:
             raise UsageError(f"frames must be {sf}k+1 (1, 5, ..., 81), got {self.frames}")
@@ -353,8 +352,14 @@ def generate(
 
 
 def sample(
-    dit: WanDiT, req: Request, cond: torch.Tensor, uncond: torch.Tensor, cfg: WanConfig, device: torch.device,
-    on_step: StepCallback | None = None, parallel: ParallelContext | None = None,
+    dit: WanDiT,
+    req: Request,
+    cond: torch.Tensor,
+    uncond: torch.Tensor,
+    cfg: WanConfig,
+    device: torch.device,
+    on_step: StepCallback | None = None,
+    parallel: ParallelContext | None = None,
 ) -> torch.Tensor:
     """The request's denoising run on a loaded DiT: its seeded noise through its whole schedule,
     with ``req.cfg`` resolved here when it is ``auto`` (``Request.with_cfg_resolved``).
@@ -369,8 +374,17 @@ def sample(
     req = req.with_cfg_resolved(cfg, cfg_parallel=parallel is not None and parallel.cfg_degree > 1)
     sampler = FlowSampler(flow_schedule(req.steps, req.shift), req.solver, req.legacy_step_lookup)
     noise = initial_noise(latent_shape(cfg, req.height, req.width, req.frames), req.seed, device)
-    return denoise(dit, noise, cond.to(dit.dtype), uncond.to(dit.dtype), sampler, req.guidance, req.cfg,
-                   on_step=on_step, parallel=parallel)
+    return denoise(
+        dit,
+        noise,
+        cond.to(dit.dtype),
+        uncond.to(dit.dtype),
+        sampler,
+        req.guidance,
+        req.cfg,
+        on_step=on_step,
+        parallel=parallel,
+    )
 
 
 def to_frames(video: torch.Tensor) -> torch.Tensor:

@@ -51,7 +51,11 @@ from wanscope.wan.dit import WanDiT
 LINEARS = ("qkv", "o", "cross_q", "cross_o", "ffn_up", "ffn_down")
 # names a spec may use for several linear families at once
 LINEAR_GROUPS = {
-    "all": LINEARS, "none": (), "attn": ("qkv", "o"), "cross": ("cross_q", "cross_o"), "ffn": ("ffn_up", "ffn_down"),
+    "all": LINEARS,
+    "none": (),
+    "attn": ("qkv", "o"),
+    "cross": ("cross_q", "cross_o"),
+    "ffn": ("ffn_up", "ffn_down"),
 }
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -102,15 +106,18 @@ class FastConfig:
             raise UsageError("fast-mode spec: pv_fp8=true (e4m3 P V, in attention_int8 only) needs int8_attention=true")
         unknown = set(self.linears) - set(LINEARS)
         if unknown:
-            raise UsageError(f"unknown fast-mode linears {_clip(str(sorted(unknown)))}; known: {', '.join(LINEARS)} "
-                             f"and the groups {', '.join(LINEAR_GROUPS)}")
+            raise UsageError(
+                f"unknown fast-mode linears {_clip(str(sorted(unknown)))}; known: {', '.join(LINEARS)} "
+                f"and the groups {', '.join(LINEAR_GROUPS)}"
+            )
 
     def check_blocks(self, num_blocks: int) -> None:
         """Refuse ``exact_blocks`` outside a DiT of ``num_blocks`` blocks (UsageError)."""
         bad = [i for i in self.exact_blocks if not -num_blocks <= i < num_blocks]
         if bad:
-            raise UsageError(f"fast-mode spec: exact_blocks {_clip(','.join(map(str, bad)))} out of range for "
-                             f"{num_blocks} blocks")
+            raise UsageError(
+                f"fast-mode spec: exact_blocks {_clip(','.join(map(str, bad)))} out of range for {num_blocks} blocks"
+            )
 
     @classmethod
     def parse(cls, spec: str) -> FastConfig:
@@ -130,8 +137,9 @@ class FastConfig:
         for item in filter(None, re.split(r"[\s;]+", spec.strip())):
             key, sep, text = item.partition("=")
             if not sep or key not in known:
-                raise UsageError(f"fast-mode spec {_clip(item)!r}: expected KEY=VALUE with KEY one of "
-                                 f"{', '.join(known)}")
+                raise UsageError(
+                    f"fast-mode spec {_clip(item)!r}: expected KEY=VALUE with KEY one of {', '.join(known)}"
+                )
             if key in values:
                 raise UsageError(f"fast-mode spec: {key} given twice")
             values[key] = _parse_field(key, text.strip())
@@ -183,8 +191,7 @@ def _parse_field(key: str, raw: str):
         if text == "none":
             return ()
         if not re.fullmatch(r"-?[0-9]+(,-?[0-9]+)*", text):
-            raise UsageError(f"fast-mode spec: exact_blocks={_clip(raw)!r} is not a comma-separated list of "
-                             "integers")
+            raise UsageError(f"fast-mode spec: exact_blocks={_clip(raw)!r} is not a comma-separated list of integers")
         try:
             return tuple(int(i) for i in text.split(","))
         except ValueError:  # past Python's 4300-digit limit on int()
@@ -193,8 +200,9 @@ def _parse_field(key: str, raw: str):
         return text
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
-    raise UsageError(f"fast-mode spec: {key}={_clip(raw)!r} is not true or false"
-                     + (" or auto" if key == "int8_attention" else ""))
+    raise UsageError(
+        f"fast-mode spec: {key}={_clip(raw)!r} is not true or false" + (" or auto" if key == "int8_attention" else "")
+    )
 
 
 def _fp8(weight, bias, **kw):
@@ -211,14 +219,19 @@ class FastBlock(nn.Module):
         super().__init__()
         sa, ca, ffn = block.self_attn, block.cross_attn, block.ffn
         sources = {
-            "qkv": (sa.fused_weight, sa.fused_bias), "o": (sa.o.weight, sa.o.bias),
-            "cross_q": (ca.q.weight, ca.q.bias), "cross_o": (ca.o.weight, ca.o.bias),
-            "ffn_up": (ffn[0].weight, ffn[0].bias), "ffn_down": (ffn[2].weight, ffn[2].bias),
+            "qkv": (sa.fused_weight, sa.fused_bias),
+            "o": (sa.o.weight, sa.o.bias),
+            "cross_q": (ca.q.weight, ca.q.bias),
+            "cross_o": (ca.o.weight, ca.o.bias),
+            "ffn_up": (ffn[0].weight, ffn[0].bias),
+            "ffn_down": (ffn[2].weight, ffn[2].bias),
         }
-        self.linears = nn.ModuleDict({
-            name: _fp8(*sources[name], gelu_input=name == "ffn_down", fast_accum=cfg.fast_accum)
-            for name in cfg.linears
-        })
+        self.linears = nn.ModuleDict(
+            {
+                name: _fp8(*sources[name], gelu_input=name == "ffn_down", fast_accum=cfg.fast_accum)
+                for name in cfg.linears
+            }
+        )
         self.cfg = cfg
 
 
@@ -294,8 +307,9 @@ def fast_block_forward(block, x, e, context, rope, backend):
         y = _linear(fast, "o", sa.o.weight, sa.o.bias, _attend(sa, fast, q, k, v, backend).flatten(2))
     with ranges.named_range(ranges.CROSS_ATTN):
         x, h = add_norm3(block, x, y, gate, dtype)
-        q = rms_norm_rope(_linear(fast, "cross_q", ca.q.weight, ca.q.bias, h), ca.norm_q.weight, None, n,
-                          ca.norm_q.eps)  # [B, L, N, D]
+        q = rms_norm_rope(
+            _linear(fast, "cross_q", ca.q.weight, ca.q.bias, h), ca.norm_q.weight, None, n, ca.norm_q.eps
+        )  # [B, L, N, D]
         kv = F.linear(context, ca.fused_weight, ca.fused_bias)  # [B, Lc, 2C]
         k = rms_norm_rope(kv[..., :c], ca.norm_k.weight, None, n, ca.norm_k.eps)  # [B, Lc, N, D]
         v = kv[..., c:].unflatten(-1, (n, -1))

@@ -31,7 +31,7 @@ CROSS_ATTN = "wanscope/block/cross_attn"
 FFN = "wanscope/block/ffn"
 
 
-class named_range:  # noqa: N801 (used like a function: `with named_range(name):`)
+class named_range:
     """Context manager: one ``record_function`` range plus one NVTX range named ``name``
     (none while ``torch.compile`` traces it)."""
 

@@ -149,9 +149,7 @@ def _unipc_updates(sigmas: tuple[float, ...]) -> tuple[list[int], list[_Update],
             det = 1 - r
             rho_0 = (b[0] - b[1]) / det
             rho_t = (b[1] - r * b[0]) / det
-            correctors.append(
-                _Update(a=base_a, b=base_b, c=-alpha[i] * bh * rho_t, d=-alpha[i] * bh * rho_0 / r)
-            )
+            correctors.append(_Update(a=base_a, b=base_b, c=-alpha[i] * bh * rho_t, d=-alpha[i] * bh * rho_0 / r))
     return orders, predictors, correctors
 
 

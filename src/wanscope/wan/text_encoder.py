@@ -85,8 +85,12 @@ class HFTokenizer:
 
     def __call__(self, texts: list[str], length: int) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.tokenizer(
-            texts, padding="max_length", truncation=True, max_length=length,
-            add_special_tokens=True, return_tensors="pt",
+            texts,
+            padding="max_length",
+            truncation=True,
+            max_length=length,
+            add_special_tokens=True,
+            return_tensors="pt",
         )
         return out.input_ids, out.attention_mask
 
@@ -96,11 +100,17 @@ def umt5_config(cfg: TextEncoderConfig):
     from transformers import UMT5Config
 
     return UMT5Config(
-        vocab_size=cfg.vocab_size, d_model=cfg.dim, d_kv=cfg.head_dim, d_ff=cfg.ffn_dim,
-        num_layers=cfg.num_layers, num_heads=cfg.num_heads,
+        vocab_size=cfg.vocab_size,
+        d_model=cfg.dim,
+        d_kv=cfg.head_dim,
+        d_ff=cfg.ffn_dim,
+        num_layers=cfg.num_layers,
+        num_heads=cfg.num_heads,
         relative_attention_num_buckets=cfg.num_buckets,
         relative_attention_max_distance=cfg.max_distance,
-        feed_forward_proj="gated-gelu", layer_norm_epsilon=cfg.eps, dropout_rate=0.0,
+        feed_forward_proj="gated-gelu",
+        layer_norm_epsilon=cfg.eps,
+        dropout_rate=0.0,
         tie_word_embeddings=False,
     )
 

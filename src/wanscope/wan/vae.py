@@ -21,9 +21,13 @@ def _build(cfg: VAEConfig):
     from diffusers import AutoencoderKLWan
 
     return AutoencoderKLWan(
-        base_dim=cfg.base_dim, z_dim=cfg.z_dim, dim_mult=list(cfg.dim_mult),
-        num_res_blocks=cfg.num_res_blocks, temperal_downsample=list(cfg.temporal_downsample),
-        latents_mean=list(cfg.latents_mean), latents_std=list(cfg.latents_std),
+        base_dim=cfg.base_dim,
+        z_dim=cfg.z_dim,
+        dim_mult=list(cfg.dim_mult),
+        num_res_blocks=cfg.num_res_blocks,
+        temperal_downsample=list(cfg.temporal_downsample),
+        latents_mean=list(cfg.latents_mean),
+        latents_std=list(cfg.latents_std),
     )
 
 

@@ -83,7 +83,12 @@ def _write_mp4(frames: np.ndarray, path: Path, fps: int, comment: str) -> None:
 
     _, h, w, _ = frames.shape
     writer = imageio_ffmpeg.write_frames(
-        str(path), (w, h), fps=fps, codec="libx264", pix_fmt_out="yuv420p", macro_block_size=1,
+        str(path),
+        (w, h),
+        fps=fps,
+        codec="libx264",
+        pix_fmt_out="yuv420p",
+        macro_block_size=1,
         output_params=["-metadata", f"comment={comment}"],
     )
     try:
@@ -101,8 +106,9 @@ def _write_png_frames(frames: np.ndarray, folder: Path) -> None:
         Image.fromarray(frame).save(folder / f"frame_{i:04d}.png")
 
 
-def _write_contact_sheet(frames: np.ndarray, path: Path, columns: int = 4, count: int = 8,
-                         comment: str | None = None) -> None:
+def _write_contact_sheet(
+    frames: np.ndarray, path: Path, columns: int = 4, count: int = 8, comment: str | None = None
+) -> None:
     """Up to ``count`` evenly spaced frames tiled ``columns`` wide, as one PNG; ``comment``
     (e.g. the random-weights note) goes into its ``Comment`` text chunk."""
     idx = np.unique(np.linspace(0, len(frames) - 1, min(count, len(frames))).round().astype(int))
@@ -159,9 +165,14 @@ def write_outputs(frames: np.ndarray, out: Path, fps: int, info: dict) -> tuple[
             _write_png_frames(frames, stage(video))
             fallback = f"imageio-ffmpeg is not installed: wrote PNG frames to {video} instead of {out}"
         _write_contact_sheet(frames, stage(sheet), comment=info.get("note"))
-        stage(sidecar).write_text(json.dumps(
-            {**info, "video": str(video), "contact_sheet": str(sheet), "fallback": fallback},
-            indent=2, ensure_ascii=False) + "\n")
+        stage(sidecar).write_text(
+            json.dumps(
+                {**info, "video": str(video), "contact_sheet": str(sheet), "fallback": fallback},
+                indent=2,
+                ensure_ascii=False,
+            )
+            + "\n"
+        )
         for tmp, final in staged:
             if final.is_dir():  # our earlier PNG frames (check_outputs)
                 shutil.rmtree(final)

@@ -70,9 +70,7 @@ def detect_layout(root: str | Path) -> CheckpointLayout:
             "diffusers", root / "transformer", root / "text_encoder", root / "tokenizer", root / "vae"
         )
     elif (root / "config.json").is_file() and any(root.glob(f"{_DIT_WEIGHTS}*.safetensors")):
-        layout = CheckpointLayout(
-            "official", root, root / OFFICIAL_T5, root / OFFICIAL_TOKENIZER, root / OFFICIAL_VAE
-        )
+        layout = CheckpointLayout("official", root, root / OFFICIAL_T5, root / OFFICIAL_TOKENIZER, root / OFFICIAL_VAE)
     else:
         raise InputError(root, f"not a Wan2.1 checkpoint; expected {EXPECTED_FILES}")
     missing = [p.name for p in (layout.text_encoder, layout.tokenizer, layout.vae) if not p.exists()]
@@ -118,9 +116,18 @@ def dit_config_from_json(path: Path) -> tuple[DiTConfig, str]:
                 raise InputError(path, "image-to-video models are not supported (image_dim is set)")
             if c.get("qk_norm") not in ("rms_norm_across_heads", None):
                 raise InputError(path, f"qk_norm {c['qk_norm']!r} unsupported")
-            optional = _present(c, {"freq_dim": "freq_dim", "text_dim": "text_dim", "patch_size": "patch_size",
-                                    "in_channels": "in_channels", "eps": "eps",
-                                    "cross_attn_norm": "cross_attn_norm", "rope_max_seq_len": "rope_max_len"})
+            optional = _present(
+                c,
+                {
+                    "freq_dim": "freq_dim",
+                    "text_dim": "text_dim",
+                    "patch_size": "patch_size",
+                    "in_channels": "in_channels",
+                    "eps": "eps",
+                    "cross_attn_norm": "cross_attn_norm",
+                    "rope_max_seq_len": "rope_max_len",
+                },
+            )
             if c.get("out_channels") or c.get("in_channels"):
                 optional["out_channels"] = c.get("out_channels") or c.get("in_channels")
             cfg = DiTConfig(
@@ -140,9 +147,20 @@ def dit_config_from_json(path: Path) -> tuple[DiTConfig, str]:
                 num_layers=c["num_layers"],
                 num_heads=c["num_heads"],
                 ffn_dim=c["ffn_dim"],
-                **_present(c, {"freq_dim": "freq_dim", "text_len": "text_len", "text_dim": "text_dim",
-                               "patch_size": "patch_size", "in_dim": "in_channels", "out_dim": "out_channels",
-                               "eps": "eps", "qk_norm": "qk_norm", "cross_attn_norm": "cross_attn_norm"}),
+                **_present(
+                    c,
+                    {
+                        "freq_dim": "freq_dim",
+                        "text_len": "text_len",
+                        "text_dim": "text_dim",
+                        "patch_size": "patch_size",
+                        "in_dim": "in_channels",
+                        "out_dim": "out_channels",
+                        "eps": "eps",
+                        "qk_norm": "qk_norm",
+                        "cross_attn_norm": "cross_attn_norm",
+                    },
+                ),
             )
             return cfg, "official"
     except KeyError as e:
@@ -231,7 +249,7 @@ def read_pth(path: Path) -> dict[str, torch.Tensor]:
     """
     try:
         return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except Exception as e:  # torch raises several types for a bad file
+    except Exception as e:  # noqa: BLE001 - torch raises several types for a bad file
         raise InputError(path, f"not a readable PyTorch state dict ({e.__class__.__name__})") from None
 
 
@@ -274,9 +292,7 @@ def check_keys_and_shapes(model: torch.nn.Module, shapes: dict[str, tuple[int, .
         raise InputError(source, "; ".join(parts))
     for name, p in expected.items():
         if tuple(shapes[name]) != tuple(p.shape):
-            raise InputError(
-                source, f"{name} has shape {tuple(shapes[name])}, the config needs {tuple(p.shape)}"
-            )
+            raise InputError(source, f"{name} has shape {tuple(shapes[name])}, the config needs {tuple(p.shape)}")
 
 
 def assign_state_dict(

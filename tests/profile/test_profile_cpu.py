@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from wanscope.profile.result import CPU_NOTE, cfg_note
-from wanscope.wan.cli import RANDOM_NOTE
+from wanscope.wan.options import RANDOM_NOTE
 from wanscope.wan.sampler import FlowSampler
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU run; a GPU run profiles the 1.3B preset")

@@ -58,7 +58,9 @@ def test_cfg_auto_by_size_and_explicit_overrides(size, frames, auto):
 
 
 @pytest.mark.parametrize("cuda, cfg", [(True, "batched"), (False, "sequential"), (True, None)])
-def test_child_arguments_reproduce_the_options(cuda, cfg):
+def test_child_arguments_reproduce_the_options(cuda, cfg, monkeypatch):
+    # the checkpoint's DiT is read through resolve_engine; this test is about the arguments
+    monkeypatch.setattr("wanscope.wan.options.dit_config", lambda checkpoint, config: config.dit)
     opts = resolve(
         cuda,
         preset="wan2.1-t2v-14b",
@@ -69,35 +71,30 @@ def test_child_arguments_reproduce_the_options(cuda, cfg):
         warmup=2,
         profile_steps=4,
         compile=True,
-        attention="flash",
+        attention="math",
         cfg=cfg,
         legacy_step_lookup=True,
     )
-    ctx = profile.make_context("profile", opts.cli_args())
-    p = ctx.params
+    p = profile.make_context("profile", opts.cli_args()).params
+    engine = {k: p[k] for k in ("preset", "checkpoint", "random_weights", "size", "frames", "steps", "attention")}
     again = resolve(
         cuda,
-        p["preset"],
-        p["checkpoint"],
-        p["random_weights"],
-        p["size"],
-        p["frames"],
-        p["steps"],
-        p["warmup"],
-        p["profile_steps"],
-        p["compile_"],
-        p["attention"],
-        p["cfg"],
-        p["legacy_step_lookup"],
+        warmup=p["warmup"],
+        profile_steps=p["profile_steps"],
+        compile=p["compile_"],
+        cfg=p["cfg"],
+        legacy_step_lookup=p["legacy_step_lookup"],
+        kernels=p["kernels"],
+        **engine,
     )
     assert again == opts
-    assert (opts.height, opts.width, opts.profiled_steps) == (720, 1280, [2, 3, 4, 5])
+    assert (opts.height, opts.width, opts.profiled_steps, opts.num_heads) == (720, 1280, [2, 3, 4, 5], 40)
 
 
 def test_fast_mode_options():
     opts = resolve(False, mode="fast", fast="exact_blocks=0")
     assert (opts.kernels, opts.fast) == ("triton", FastConfig.parse("exact_blocks=0").spec())
-    assert resolve(False).fast is None and resolve(False).kernels == "torch"
+    assert resolve(False).fast is None and resolve(False).kernels == "torch"  # auto on a CPU
     ctx = profile.make_context("profile", opts.cli_args())
     assert (ctx.params["mode"], ctx.params["fast_spec"], ctx.params["kernels"]) == ("fast", opts.fast, "triton")
 

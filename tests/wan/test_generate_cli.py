@@ -61,7 +61,8 @@ def test_generate_random_weights_writes_decodable_mp4(tmp_path):
         ),
         (["--random-weights", "--size", "big"], "--size 'big': expected WIDTHxHEIGHT"),
         (["--random-weights", "--frames", "6"], "frames must be 4k+1"),
-        ([], "give exactly one of --checkpoint DIR or --random-weights"),
+        ([], "give --checkpoint DIR or --random-weights"),
+        (["--random-weights", "--checkpoint", "ckpt"], "give --checkpoint DIR or --random-weights, not both"),
         (["--random-weights", "--fast", "linears=o"], "--fast SPEC configures the fast mode: add --mode fast"),
         (["--random-weights", "--mode", "fast", "--fast", "linears=up"], "unknown fast-mode linears ['up']"),
         (["--random-weights", "--mode", "fast", "--kernels", "torch"], "--mode fast runs the fused Triton kernels"),
@@ -279,7 +280,7 @@ def test_require_triton(monkeypatch):
     import importlib.util
 
     from wanscope.errors import UsageError
-    from wanscope.wan.cli import require_triton
+    from wanscope.wan.options import require_triton
 
     require_triton("x")  # installed here: no error
     found = importlib.util.find_spec

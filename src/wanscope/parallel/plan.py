@@ -1,7 +1,7 @@
 """The shape of a parallel run, without torch: modes, degrees, head checks, the timeout,
 Ulysses' head groups and transport.
 
-Imported by command modules that must not import torch when loaded (``wan/cli.py``).
+Imported by modules that must not import torch when loaded (``wan/options.py``, ``wan/cli_options.py``).
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ from pathlib import Path
 import click
 
 from wanscope.errors import UsageError
-from wanscope.parallel.plan import DEFAULT_TIMEOUT_S, PARALLEL_MODES, check_cfg_parallel
 from wanscope.profile import options as defaults
-from wanscope.wan.config import CFG_BATCHED_MAX_TOKENS, CFG_MODES, PRESETS
+from wanscope.wan import cli_options as opt
+from wanscope.wan.options import RANDOM_NOTE, require_engine
 
 
 def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
@@ -42,23 +42,12 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
 
 
 @click.command()
-@click.option(
-    "--preset",
-    type=click.Choice(sorted(PRESETS)),
-    default=None,
-    help=f"Model and default sizes. Default: {defaults.CUDA_PRESET} with CUDA, {defaults.CPU_PRESET} without.",
-)
-@click.option(
-    "--checkpoint", type=click.Path(path_type=Path), help="Wan2.1 checkpoint folder, official or diffusers layout."
-)
-@click.option(
-    "--random-weights",
-    is_flag=True,
-    help="Random weights and a byte-level stand-in tokenizer (the default without --checkpoint).",
-)
-@click.option("--size", help="WIDTHxHEIGHT, multiples of 16. Default: the preset's (832x480; tiny 64x64).")
-@click.option("--frames", type=int, help="4k+1 video frames. Default: the preset's (81; tiny 5).")
-@click.option("--steps", type=int, help="Length of the sampling schedule. Default: the preset's (50; tiny 4).")
+@opt.preset_option()
+@opt.checkpoint_option()
+@opt.random_weights_option(default_without_checkpoint=True)
+@opt.size_option()
+@opt.frames_option()
+@opt.steps_option()
 @click.option(
     "--warmup",
     type=int,
@@ -74,49 +63,12 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
     help="Denoising steps profiled after the warm-up.",
 )
 @click.option("--compile", "compile_", is_flag=True, help="Regional torch.compile of the repeated DiT block.")
-@click.option(
-    "--attention",
-    type=click.Choice(defaults.ATTENTION_CHOICES),
-    default="auto",
-    show_default=True,
-    help="Attention backend, as for generate: auto runs our Gluon kernel (hopper) on sm_90 GPUs "
-    "where it runs and sdpa (PyTorch picks) elsewhere.",
-)
-@click.option(
-    "--cfg",
-    type=click.Choice(CFG_MODES),
-    default=None,
-    help=f"Cond and uncond as two forwards or one B=2 forward. Default: auto, batched up to "
-    f"{CFG_BATCHED_MAX_TOKENS:,} DiT tokens (tiny; 416x240x21), sequential above (832x480x81); "
-    f"sequential under --parallel cfg.",
-)
-@click.option(
-    "--kernels",
-    type=click.Choice(defaults.KERNELS),
-    default=None,
-    help="DiT ops: the torch reference or the fused Triton kernels (wanscope.kernels). "
-    "Default: torch; triton with --mode fast.",
-)
-@click.option(
-    "--mode",
-    type=click.Choice(["exact", "fast"]),
-    default="exact",
-    show_default=True,
-    help="fast: profile the fast mode (FP8 GEMMs, INT8 Q K^T on our Hopper kernel), as generate --mode fast.",
-)
-@click.option(
-    "--fast",
-    "fast_spec",
-    default=None,
-    metavar="SPEC",
-    help="With --mode fast: its config over the defaults (keys: linears, int8_attention, pv_fp8, "
-    "exact_blocks, fast_accum).",
-)
-@click.option(
-    "--legacy-step-lookup",
-    is_flag=True,
-    help="The sampler finds its step index with a device .item() (one host sync per step).",
-)
+@opt.attention_option()
+@opt.cfg_option()
+@opt.kernels_option()
+@opt.mode_option()
+@opt.fast_option()
+@opt.legacy_step_lookup_option()
 @click.option("--nsys", is_flag=True, help="Capture with Nsight Systems instead of torch.profiler (needs CUDA).")
 @click.option(
     "--ncu",
@@ -128,19 +80,8 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
     is_flag=True,
     help="Profile the same steps eager and compiled (into eager/ and compiled/), then diff them.",
 )
-@click.option(
-    "--parallel",
-    type=click.Choice(PARALLEL_MODES),
-    help="Under torchrun: CFG branches on 2 ranks, Ulysses token shards on all, or both (2 x N/2); "
-    "one trace per rank, rank 0 reports.",
-)
-@click.option(
-    "--dist-timeout",
-    type=click.FloatRange(min=1),
-    default=DEFAULT_TIMEOUT_S,
-    show_default=True,
-    help="With --parallel: seconds any rank may wait for the others before failing.",
-)
+@opt.parallel_option()
+@opt.dist_timeout_option()
 @click.option(
     "--out",
     "out_dir",
@@ -151,31 +92,7 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
 )
 @click.option("--child", type=click.Choice(["nsys", "ncu"]), hidden=True)
 @click.option("--run-info", type=click.Path(dir_okay=False, path_type=Path), hidden=True)
-def profile(
-    preset,
-    checkpoint,
-    random_weights,
-    size,
-    frames,
-    steps,
-    warmup,
-    profile_steps,
-    compile_,
-    attention,
-    cfg,
-    kernels,
-    mode,
-    fast_spec,
-    legacy_step_lookup,
-    nsys,
-    ncu,
-    compare_compile,
-    parallel,
-    dist_timeout,
-    out_dir,
-    child,
-    run_info,
-):
+def profile(warmup, profile_steps, compile_, fast_spec, nsys, ncu, compare_compile, out_dir, child, run_info, **engine):
     """Profile Wan2.1 denoising steps and report what limits them.
 
     Runs --warmup denoising steps of the real --steps schedule, profiles the next
@@ -185,57 +102,23 @@ def profile(
     argument: the 1.3B model at 832x480x81 on a GPU, the tiny preset on a CPU. With --parallel
     under torchrun: trace-rank{r}.json.gz per rank, one report of all ranks from rank 0.
     """
+    require_engine("profile")
     import torch
 
-    from wanscope.profile.driver import request
     from wanscope.profile.options import resolve
 
     cuda = torch.cuda.is_available()
+    parallel, dist_timeout = engine.pop("parallel"), engine.pop("dist_timeout")
     opts = resolve(
-        cuda,
-        preset,
-        checkpoint,
-        random_weights,
-        size,
-        frames,
-        steps,
-        warmup,
-        profile_steps,
-        compile_,
-        attention,
-        cfg,
-        legacy_step_lookup,
-        kernels,
-        parallel,
-        mode,
-        fast_spec,
+        cuda, warmup=warmup, profile_steps=profile_steps, compile=compile_, fast=fast_spec, parallel=parallel, **engine
     )
-    cfg_model = PRESETS[opts.preset]
-    request(opts).validate(cfg_model.vae.stride, cfg_model.dit.patch_size)
-    dit_cfg = cfg_model.dit
-    if checkpoint is not None:
-        from wanscope.wan.weights import check_dit, detect_layout
-
-        dit_cfg = check_dit(detect_layout(checkpoint).dit)  # a bad checkpoint fails before any model runs
-    if opts.fast is not None:
-        from wanscope.wan.precision import FastConfig
-
-        FastConfig.parse(opts.fast).check_blocks(dit_cfg.num_layers)
     if child:
         run_child(opts, child, run_info)
         return
-    if parallel:
-        if nsys or ncu or compare_compile:
-            raise UsageError(
-                f"--parallel captures each rank with torch.profiler: not with "
-                f"--{'nsys' if nsys else 'ncu' if ncu else 'compare-compile'}"
-            )
-        if parallel != "ulysses":
-            check_cfg_parallel(request(opts).guidance, opts.cfg)  # before any rank waits for another
-    elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if parallel and (nsys or ncu or compare_compile):
         raise UsageError(
-            f"launched as {os.environ['WORLD_SIZE']} processes without --parallel; "
-            f"give --parallel {'|'.join(PARALLEL_MODES)}"
+            f"--parallel captures each rank with torch.profiler: not with "
+            f"--{'nsys' if nsys else 'ncu' if ncu else 'compare-compile'}"
         )
     if compare_compile:
         from wanscope.profile.compare import check
@@ -247,10 +130,6 @@ def profile(
         check(opts)
     if (nsys or ncu) and not cuda:
         raise UsageError(f"--{'nsys' if nsys else 'ncu'} needs a CUDA GPU; this machine has none")
-    from wanscope.wan.attention import check_backend, parse_backend
-    from wanscope.wan.pipeline import DTYPES
-
-    check_backend(parse_backend(opts.attention), torch.device(opts.device), DTYPES[opts.dtype], cfg_model.dit.head_dim)
     nsys_exe = None
     if nsys:
         from wanscope.profile.nsys import find_nsys
@@ -267,8 +146,6 @@ def profile(
     prepare_out_dir(out_dir, ("trace.json.gz", "report.json", "report.html"))
     main = parallel is None or os.environ.get("RANK") == "0"
     if opts.random_weights and main:
-        from wanscope.wan.cli import RANDOM_NOTE
-
         click.echo(f"wanscope: {RANDOM_NOTE}", err=True)
 
     if compare_compile:

@@ -156,8 +156,8 @@ def run(
     main = parallel is None or parallel.is_main
     console = console or make_console(stderr=True, quiet=not main)
     parts, req = components(opts, parallel and parallel.device), request(opts)
-    cfg = parts.config
-    req.validate(cfg.vae.stride, cfg.dit.patch_size)
+    config = parts.config
+    req.validate(config.vae.stride, config.dit.patch_size)
     device = parts.device
     m = Measurements()
     _peak(device)
@@ -172,7 +172,7 @@ def run(
             shard_dit(parallel, dit)
         d = dit.cfg
         m.dit = {"dim": d.dim, "num_layers": d.num_layers, "num_heads": d.num_heads, "ffn_dim": d.ffn_dim}
-        shape = latent_shape(cfg, req.height, req.width, req.frames)  # [1, C, F, H, W]
+        shape = latent_shape(config, req.height, req.width, req.frames)  # [1, C, F, H, W]
         m.tokens = shape[2] // d.patch_size[0] * (shape[3] // d.patch_size[1]) * (shape[4] // d.patch_size[2])
         if opts.compile:
             compile_blocks(dit)
@@ -187,7 +187,7 @@ def run(
 
         with _stage("vae_decode", m, device, console), torch.no_grad():
             vae = parts.vae()
-            video = vae_decode(vae, latents, cfg.vae)  # [1, 3, F, H, W]
+            video = vae_decode(vae, latents, config.vae)  # [1, 3, F, H, W]
             del vae, video
     return m
 

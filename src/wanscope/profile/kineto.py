@@ -17,7 +17,6 @@ from wanscope.profile import driver
 from wanscope.profile.options import ProfileOptions
 from wanscope.profile.run_info import run_object, static_info
 from wanscope.profile.window import KinetoWindow
-from wanscope.wan.config import get_preset
 
 CAPTURE = "torch.profiler"
 
@@ -59,8 +58,7 @@ def profile_ranks(opts: ProfileOptions, out_dir: Path, mode: str, timeout_s: flo
             not split (``setup_from_env``).
         ParallelError: ranks started with different options, a rank died, or a wait timed out.
     """
-    heads = get_preset(opts.preset).dit.num_heads
-    with setup_from_env(mode, opts.device, timeout_s, num_heads=heads) as ctx:
+    with setup_from_env(mode, opts.device, timeout_s, num_heads=opts.num_heads) as ctx:
         ctx.agree(**{**asdict(opts), "checkpoint": str(opts.checkpoint)}, out=str(out_dir))
         _, run = profile_here(opts, out_dir, ctx)
         ctx.barrier("writing the rank traces")

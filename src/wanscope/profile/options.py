@@ -1,9 +1,9 @@
-"""What one ``wanscope profile`` run does: its options, their defaults, and their checks.
+"""What one ``wanscope profile`` run does: the engine's options (``wan/options.py``, as for
+``generate``) and the profile's own: warm-up and profiled steps, regional compilation.
 
-Every default of the profile command lives here; sizes, steps and sampling values come from the
-preset (``wan/config.py``). With CUDA the default is the 1.3B model at 832x480x81 in bf16;
-without it, the ``tiny`` preset in fp32 on the CPU, so ``wanscope profile`` with no argument
-runs anywhere. No torch import: the caller says whether CUDA is there.
+With CUDA the default is the 1.3B model at 832x480x81 in bf16; without it, the ``tiny`` preset
+in fp32 on the CPU, so ``wanscope profile`` with no argument runs anywhere. The caller says
+whether CUDA is there.
 """
 
 from __future__ import annotations
@@ -12,17 +12,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from wanscope.errors import UsageError
-from wanscope.wan.cli import fast_mode, parse_size
-from wanscope.wan.config import ATTENTION_CHOICES, dit_tokens, get_preset, resolve_cfg
+from wanscope.wan.options import resolve_engine
 
-CUDA_PRESET = "wan2.1-t2v-1.3b"
-CPU_PRESET = "tiny"
 WARMUP_STEPS = 1
 PROFILE_STEPS = 3
 OUT_DIR = Path("wanscope-profile")
 # Text is padded to the DiT's text length, so the prompt changes no shape and no timing.
 PROMPT = "A red fox trots through fresh snow in a pine forest at dawn, soft golden light"
-KERNELS = ("torch", "triton")
 
 
 @dataclass(frozen=True)
@@ -41,11 +37,14 @@ class ProfileOptions:
         cfg: the CFG mode that runs: ``sequential`` (two forwards per step) or ``batched``
             (one B=2 forward).
         cfg_auto: ``cfg`` was chosen by ``--cfg auto`` (``wan/config.py`` ``resolve_cfg``).
-        kernels: ``torch`` (reference ops) or ``triton`` (the fused kernels of ``wanscope.kernels``).
+        kernels: the DiT's ops that run: ``torch`` (reference ops) or ``triton`` (the fused kernels
+            of ``wanscope.kernels``).
         fast: the fast mode's config as ``FastConfig.spec()`` text (``wan/precision.py``), or None
             for the exact mode.
         legacy_step_lookup: the sampler finds its step index with a device ``.item()``.
         device: ``cuda`` or ``cpu``; dtype: ``bf16`` (CUDA) or ``fp32`` (CPU).
+        num_heads: the DiT's attention heads (the checkpoint's when there is one), for the
+            Ulysses check before any process group starts.
     """
 
     preset: str
@@ -62,9 +61,10 @@ class ProfileOptions:
     legacy_step_lookup: bool
     device: str
     dtype: str
-    kernels: str = "torch"
-    cfg_auto: bool = False
-    fast: str | None = None
+    num_heads: int
+    kernels: str
+    cfg_auto: bool
+    fast: str | None
 
     @property
     def random_weights(self) -> bool:
@@ -113,85 +113,58 @@ class ProfileOptions:
 
 def resolve(
     cuda: bool,
-    preset: str | None = None,
-    checkpoint: Path | None = None,
-    random_weights: bool = False,
-    size: str | None = None,
-    frames: int | None = None,
-    steps: int | None = None,
+    *,
     warmup: int = WARMUP_STEPS,
     profile_steps: int = PROFILE_STEPS,
     compile: bool = False,
-    attention: str = "auto",
-    cfg: str | None = None,
-    legacy_step_lookup: bool = False,
-    kernels: str | None = None,
-    parallel: str | None = None,
-    mode: str = "exact",
-    fast: str | None = None,
+    **engine,
 ) -> ProfileOptions:
     """Fill in the defaults and check the options against each other.
 
     Args:
         cuda: whether a CUDA device is available (picks the default preset, device, dtype).
-        cfg: ``auto`` (the preset's default) resolves by the DiT's token count.
-        parallel: the ``--parallel`` mode; under CFG parallel ``auto`` is ``sequential``.
-        kernels: None is ``torch``, or ``triton`` in the fast mode (which runs the fused kernels).
-        mode: ``exact`` or ``fast``; fast: the fast mode's spec over its defaults
-            (``wan.cli.fast_mode``: parsed here, which imports torch).
-        Others: as the command-line options; None takes the preset's value.
+        warmup, profile_steps, compile: the profile's own options.
+        engine: the engine's options (``wan/options.py`` ``resolve_engine``: preset, checkpoint,
+            random_weights, size, frames, steps, cfg, attention, kernels, mode, fast,
+            legacy_step_lookup, parallel); ``kernels`` ``auto`` resolves as the DiT does
+            (``wan/dit.py`` ``resolve_kernels``), and the fast mode runs the fused kernels.
 
     Raises:
-        UsageError: both --checkpoint and --random-weights, a bad size, negative or too many
-            steps (warm-up + profiled steps beyond the schedule), an unknown name, a bad fast-mode
-            spec, or the fast mode where it cannot run (``wan.cli.fast_mode``).
+        UsageError: negative or too many steps (warm-up + profiled steps beyond the schedule), or
+            an engine option ``resolve_engine`` refuses.
+        InputError: an unusable checkpoint.
     """
-    if checkpoint is not None and random_weights:
-        raise UsageError("give --checkpoint DIR or --random-weights, not both")
-    preset = preset or (CUDA_PRESET if cuda else CPU_PRESET)
-    config = get_preset(preset)
-    sampling = config.sampling
-    height, width = parse_size(size) if size else (sampling.height, sampling.width)
-    steps = sampling.steps if steps is None else steps
-    if steps < 1:
-        raise UsageError(f"--steps must be >= 1, got {steps}")
+    e = resolve_engine(cuda_devices=int(cuda), prompt=PROMPT, **engine)
+    req = e.request
     if warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {warmup}")
     if profile_steps < 1:
         raise UsageError(f"--profile-steps must be >= 1, got {profile_steps}")
-    if warmup + profile_steps > steps:
+    if warmup + profile_steps > req.steps:
         raise UsageError(
-            f"--warmup {warmup} + --profile-steps {profile_steps} exceed the {steps}-step schedule; "
+            f"--warmup {warmup} + --profile-steps {profile_steps} exceed the {req.steps}-step schedule; "
             f"raise --steps or lower them"
         )
-    if attention not in ATTENTION_CHOICES:
-        raise UsageError(f"unknown attention backend {attention!r}; known: {', '.join(ATTENTION_CHOICES)}")
-    if mode not in ("exact", "fast"):
-        raise UsageError(f"unknown mode {mode!r}; known: exact, fast")
-    fast_cfg = fast_mode(mode, fast, kernels, parallel)
-    fast = None if fast_cfg is None else fast_cfg.spec()
-    kernels = kernels or ("torch" if fast_cfg is None else "triton")
-    if kernels not in KERNELS:
-        raise UsageError(f"unknown kernels {kernels!r}; known: {', '.join(KERNELS)}")
-    frames = sampling.frames if frames is None else frames
-    cfg = cfg or sampling.cfg
-    cfg_parallel = parallel is not None and parallel != "ulysses"
+    from wanscope.wan.dit import resolve_kernels
+
+    kernels = "triton" if e.fast is not None else resolve_kernels(e.kernels, e.device, e.dit.qk_norm).value
     return ProfileOptions(
-        preset=preset,
-        checkpoint=checkpoint,
-        height=height,
-        width=width,
-        frames=frames,
-        steps=steps,
+        preset=e.preset,
+        checkpoint=e.checkpoint,
+        height=req.height,
+        width=req.width,
+        frames=req.frames,
+        steps=req.steps,
         warmup=warmup,
         profile_steps=profile_steps,
         compile=compile,
-        attention=attention,
-        cfg=resolve_cfg(cfg, dit_tokens(config, height, width, frames), cfg_parallel),
-        legacy_step_lookup=legacy_step_lookup,
-        device="cuda" if cuda else "cpu",
-        dtype="bf16" if cuda else "fp32",
+        attention=e.attention,
+        cfg=req.cfg,
+        legacy_step_lookup=req.legacy_step_lookup,
+        device=e.device,
+        dtype=e.dtype,
         kernels=kernels,
-        cfg_auto=cfg == "auto",
-        fast=fast,
+        cfg_auto=e.cfg_auto,
+        fast=None if e.fast is None else e.fast.spec(),
+        num_heads=e.dit.num_heads,
     )

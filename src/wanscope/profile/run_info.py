@@ -23,7 +23,7 @@ import wanscope
 from wanscope.parallel.group import ParallelContext
 from wanscope.profile.driver import Measurements, request
 from wanscope.profile.options import ProfileOptions
-from wanscope.wan.cli import RANDOM_NOTE
+from wanscope.wan.options import RANDOM_NOTE
 
 
 def versions() -> dict:

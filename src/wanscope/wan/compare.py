@@ -99,9 +99,9 @@ def compare_modes(
     from wanscope.errors import UsageError
     from wanscope.wan.vae import decode
 
-    cfg = parts.config
+    config = parts.config
     for req in requests:
-        req.validate(cfg.vae.stride, cfg.dit.patch_size)
+        req.validate(config.vae.stride, config.dit.patch_size)
     if len({(r.height, r.width, r.frames) for r in requests}) != 1:
         raise UsageError("compare-modes requests must share one size and frame count")
 
@@ -118,15 +118,15 @@ def compare_modes(
             apply_fast_mode(dit, fast)
         for i, (req, (cond, uncond)) in enumerate(zip(requests, texts)):
             on_step = None if progress is None else (lambda step, _lat, m=mode, i=i: progress(m, i, step))
-            latents[mode].append(sample(dit, req, cond, uncond, cfg, parts.device, on_step).cpu())
+            latents[mode].append(sample(dit, req, cond, uncond, config, parts.device, on_step).cpu())
     del dit, texts
     release()
 
     vae = parts.vae()
     scores = []
     for req, exact, fast_latents in zip(requests, latents["exact"], latents["fast"]):
-        a = to_frames(decode(vae, exact.to(parts.device), cfg.vae))
-        b = to_frames(decode(vae, fast_latents.to(parts.device), cfg.vae))
+        a = to_frames(decode(vae, exact.to(parts.device), config.vae))
+        b = to_frames(decode(vae, fast_latents.to(parts.device), config.vae))
         err = quality.mse(b, a)
         scores.append(
             PromptScore(

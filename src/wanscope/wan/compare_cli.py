@@ -7,13 +7,15 @@ import json
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
+from wanscope.clitools import format_option
 from wanscope.errors import InputError
-from wanscope.wan.cli import build_request, parse_device, require_triton
-from wanscope.wan.config import ATTENTION_CHOICES, PRESETS, get_preset
+from wanscope.wan import cli_options as opt
+from wanscope.wan.options import require_engine
 
 # Wan2.1's own T2V example prompt (official generate.py, EXAMPLE_PROMPT["t2v-1.3B"])
 DEFAULT_PROMPT = (
@@ -48,91 +50,53 @@ def _db(x: float) -> str:
 
 
 @click.command("compare-modes")
-@click.option(
-    "--checkpoint",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Wan2.1 checkpoint folder, official or diffusers layout.",
-)
-@click.option("--prompt", "prompt_args", multiple=True, help="A prompt; repeat for several.")
+@opt.checkpoint_option(required=True)
+@opt.prompt_option(multiple=True)
 @click.option(
     "--prompts-file",
     type=click.Path(path_type=Path),
     help="UTF-8 text, one prompt per line (blank lines and # comments skipped); after any --prompt.",
 )
-@click.option(
-    "--preset",
-    type=click.Choice(sorted(PRESETS)),
-    default="wan2.1-t2v-1.3b",
-    show_default=True,
-    help="Text encoder and VAE sizes and sampling defaults; the checkpoint's config.json sets the DiT.",
-)
-@click.option("--negative-prompt", default=None, help="Default: the official T2V negative prompt.")
-@click.option("--size", default=None, help="WIDTHxHEIGHT, multiples of 16. Default: the preset's (832x480).")
-@click.option("--frames", type=int, default=None, help="4k+1 frames. Default: the preset's (81).")
-@click.option("--steps", type=int, default=None, help="Sampling steps. Default: the preset's (50).")
-@click.option("--seed", type=int, default=None, help="Noise seed, the same for both modes. Default: 0.")
-@click.option(
-    "--fast",
-    "fast_spec",
-    default="",
-    metavar="SPEC",
-    help="The fast mode's config over its defaults, e.g. 'linears=ffn,qkv exact_blocks=0,-1 pv_fp8=no' "
-    "(keys: linears, int8_attention, pv_fp8, exact_blocks, fast_accum).",
-)
-@click.option(
-    "--attention",
-    type=click.Choice(ATTENTION_CHOICES),
-    default="auto",
-    show_default=True,
-    help="Attention kernel of the exact mode (and of the fast mode's exact parts). auto: ours (hopper) "
-    "on an sm_90 GPU with Triton's Gluon, else sdpa.",
-)
-@click.option("--device", default=None, help="Default: cuda if available, else cpu.")
-@click.option("--dtype", type=click.Choice(["bf16", "fp32"]), default=None, help="Default: bf16 on CUDA, fp32 on CPU.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def compare_modes(
-    checkpoint,
-    prompt_args,
-    prompts_file,
-    preset,
-    negative_prompt,
-    size,
-    frames,
-    steps,
-    seed,
-    fast_spec,
-    attention,
-    device,
-    dtype,
-    fmt,
-):
+@opt.preset_option()
+@opt.negative_prompt_option()
+@opt.size_option()
+@opt.frames_option()
+@opt.steps_option()
+@opt.seed_option()
+@opt.fast_option(always_fast=True)
+@opt.attention_option()
+@opt.device_option()
+@opt.dtype_option()
+@format_option("table", "json")
+def compare_modes(prompts, prompts_file, fast_spec, fmt, **engine):
     """PSNR and SSIM of the fast mode's videos against the exact mode's, per prompt and overall."""
+    require_engine("compare-modes")
     import torch
 
-    from wanscope.wan.attention import check_backend, parse_backend
+    from wanscope.wan.attention import parse_backend
     from wanscope.wan.compare import as_json
     from wanscope.wan.compare import compare_modes as run
+    from wanscope.wan.options import resolve_engine
     from wanscope.wan.pipeline import DTYPES, Components
-    from wanscope.wan.precision import FastConfig
-    from wanscope.wan.weights import check_dit, detect_layout
 
     # every check before a model loads: a bad input costs no minutes
-    fast = FastConfig.parse(fast_spec)
-    prompts = list(prompt_args) + (read_prompts(prompts_file) if prompts_file is not None else [])
-    cfg = get_preset(preset)
-    requests = [
-        build_request(cfg, p, negative_prompt=negative_prompt, size=size, frames=frames, steps=steps, seed=seed)
-        for p in prompts or [DEFAULT_PROMPT]
-    ]
-    fast.check_blocks(check_dit(detect_layout(checkpoint).dit).num_layers)
-    require_triton("both modes run")
-    device = parse_device(device)
-    dtype = dtype or ("bf16" if device.type == "cuda" else "fp32")
-    torch_dtype = DTYPES[dtype]
-    backend = parse_backend(attention)
-    check_backend(backend, device, torch_dtype, cfg.dit.head_dim)
-    parts = Components(config=cfg, device=device, dtype=torch_dtype, checkpoint=checkpoint, attention_backend=backend)
+    prompts = list(prompts) + (read_prompts(prompts_file) if prompts_file is not None else [])
+    prompts = prompts or [DEFAULT_PROMPT]
+    opts = resolve_engine(
+        cuda_devices=torch.cuda.device_count(), prompt=prompts[0], mode="fast", fast=fast_spec, **engine
+    )
+    requests = [replace(opts.request, prompt=p) for p in prompts]
+    for req in requests[1:]:
+        req.validate(opts.config.vae.stride, opts.dit.patch_size)
+    fast, device, preset, dtype = opts.fast, torch.device(opts.device), opts.preset, opts.dtype
+    checkpoint, attention = opts.checkpoint, opts.attention
+    parts = Components(
+        config=opts.config,
+        device=device,
+        dtype=DTYPES[dtype],
+        checkpoint=checkpoint,
+        attention_backend=parse_backend(attention),
+    )
 
     from tqdm import tqdm
 

@@ -166,10 +166,10 @@ def release() -> None:
         torch.cuda.empty_cache()
 
 
-def latent_shape(cfg: WanConfig, height: int, width: int, frames: int) -> tuple[int, int, int, int, int]:
+def latent_shape(config: WanConfig, height: int, width: int, frames: int) -> tuple[int, int, int, int, int]:
     """[1, z_dim, (frames-1)/4 + 1, height/8, width/8] (official ``text2video.py`` target_shape)."""
-    sf, sh, sw = cfg.vae.stride
-    return (1, cfg.vae.z_dim, (frames - 1) // sf + 1, height // sh, width // sw)
+    sf, sh, sw = config.vae.stride
+    return (1, config.vae.z_dim, (frames - 1) // sf + 1, height // sh, width // sw)
 
 
 def initial_noise(shape, seed: int, device: torch.device) -> torch.Tensor:
@@ -315,15 +315,15 @@ def generate(
         InputError: an unusable checkpoint.
         ParallelError: ranks started differently, or a collective failed.
     """
-    cfg = parts.config
-    req.validate(cfg.vae.stride, cfg.dit.patch_size)
+    config = parts.config
+    req.validate(config.vae.stride, config.dit.patch_size)
     device = parts.device
     if parallel is not None:
         if parallel.cfg_degree > 1:
             check_cfg_parallel(req.guidance, req.cfg)
         if parts.fast is not None and parallel.ulysses_degree > 1:
             raise UsageError("the fast mode does not run under Ulysses sequence parallelism yet; use --parallel cfg")
-        parallel.agree(**asdict(req), preset=cfg.name, dtype=str(parts.dtype), checkpoint=str(parts.checkpoint))
+        parallel.agree(**asdict(req), preset=config.name, dtype=str(parts.dtype), checkpoint=str(parts.checkpoint))
     peaks = {}
     _peak(device)
 
@@ -334,7 +334,7 @@ def generate(
     kernels = dit.kernels.value
     if parallel is not None:
         shard_dit(parallel, dit)
-    latents = sample(dit, req, cond, uncond, cfg, device, on_step, parallel)
+    latents = sample(dit, req, cond, uncond, config, device, on_step, parallel)
     del dit, cond, uncond
     release()
     peaks["denoising"] = _peak(device)
@@ -344,7 +344,7 @@ def generate(
     from wanscope.wan.vae import decode
 
     vae = parts.vae()
-    video = decode(vae, latents, cfg.vae)  # [1, 3, F, H, W] in [-1, 1]
+    video = decode(vae, latents, config.vae)  # [1, 3, F, H, W] in [-1, 1]
     del vae
     release()
     peaks["vae_decode"] = _peak(device)
@@ -356,7 +356,7 @@ def sample(
     req: Request,
     cond: torch.Tensor,
     uncond: torch.Tensor,
-    cfg: WanConfig,
+    config: WanConfig,
     device: torch.device,
     on_step: StepCallback | None = None,
     parallel: ParallelContext | None = None,
@@ -371,9 +371,9 @@ def sample(
     Returns:
         Final latents [1, C, F', H', W'] fp32 on ``device``.
     """
-    req = req.with_cfg_resolved(cfg, cfg_parallel=parallel is not None and parallel.cfg_degree > 1)
+    req = req.with_cfg_resolved(config, cfg_parallel=parallel is not None and parallel.cfg_degree > 1)
     sampler = FlowSampler(flow_schedule(req.steps, req.shift), req.solver, req.legacy_step_lookup)
-    noise = initial_noise(latent_shape(cfg, req.height, req.width, req.frames), req.seed, device)
+    noise = initial_noise(latent_shape(config, req.height, req.width, req.frames), req.seed, device)
     return denoise(
         dit,
         noise,

@@ -1,0 +1,164 @@
+"""The engine's options: declared once for generate, profile and compare-modes
+(``wan/cli_options.py``), resolved once (``wan/options.py``), with the checks made before a
+model loads reading the DiT from the checkpoint; and the engine commands in an install without
+the engine (no torch): one line naming the extra, exit 2."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from wan_helpers import write_diffusers_checkpoint
+
+from wanscope.errors import UsageError
+from wanscope.wan.options import resolve_engine
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "wanscope"
+ENGINE_COMMANDS = ("generate", "profile", "compare-modes")
+# The options more than one engine command takes, each declared once, in wan/cli_options.py.
+SHARED = {
+    "--checkpoint": ENGINE_COMMANDS,
+    "--random-weights": ("generate", "profile"),
+    "--preset": ENGINE_COMMANDS,
+    "--prompt": ("generate", "compare-modes"),
+    "--negative-prompt": ("generate", "compare-modes"),
+    "--size": ENGINE_COMMANDS,
+    "--frames": ENGINE_COMMANDS,
+    "--steps": ENGINE_COMMANDS,
+    "--seed": ("generate", "compare-modes"),
+    "--cfg": ("generate", "profile"),
+    "--attention": ENGINE_COMMANDS,
+    "--kernels": ("generate", "profile"),
+    "--mode": ("generate", "profile"),
+    "--fast": ENGINE_COMMANDS,
+    "--device": ("generate", "compare-modes"),
+    "--dtype": ("generate", "compare-modes"),
+    "--legacy-step-lookup": ("generate", "profile"),
+    "--parallel": ("generate", "profile"),
+    "--dist-timeout": ("generate", "profile"),
+}
+
+
+def option_declarations() -> dict[str, list[str]]:
+    """Option name -> the files whose ``click.option(...)`` calls declare it."""
+    found: dict[str, list[str]] = {}
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "option":
+                for arg in node.args:
+                    if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("--"):
+                        found.setdefault(arg.value, []).append(str(path.relative_to(SRC)))
+    return found
+
+
+def test_each_shared_option_is_declared_once():
+    declared = option_declarations()
+    assert {name: declared.get(name) for name in SHARED} == {name: ["wan/cli_options.py"] for name in SHARED}
+
+
+@pytest.mark.parametrize("command", ENGINE_COMMANDS)
+def test_each_engine_command_takes_its_shared_options(command):
+    from wanscope.cli import cli
+
+    cmd = cli.get_command(None, command)
+    names = {opt for p in cmd.params for opt in p.opts}
+    assert {name for name, commands in SHARED.items() if command in commands} <= names
+    assert {name for name, commands in SHARED.items() if command not in commands} & names == set()
+
+
+@pytest.fixture(scope="module")
+def two_head_checkpoint(diffusers_dit, tmp_path_factory):
+    """A diffusers-layout checkpoint whose DiT has 2 heads and 2 blocks (the 1.3B preset: 12 and 30)."""
+    return write_diffusers_checkpoint(tmp_path_factory.mktemp("ckpt") / "wan", diffusers_dit)
+
+
+def resolve_with(checkpoint, **kw):
+    return resolve_engine(
+        cuda_devices=0, prompt="a fox", checkpoint=checkpoint, preset="wan2.1-t2v-1.3b", size="64x64", frames=5, **kw
+    )
+
+
+def test_the_dit_comes_from_the_checkpoint(two_head_checkpoint):
+    opts = resolve_with(two_head_checkpoint)
+    assert (opts.dit.num_heads, opts.dit.num_layers, opts.dit.dim) == (2, 2, 64)
+    assert (opts.preset, opts.device, opts.dtype, opts.random_weights) == ("wan2.1-t2v-1.3b", "cpu", "fp32", False)
+
+    from wanscope.profile.options import resolve
+
+    profiled = resolve(False, checkpoint=two_head_checkpoint, preset="wan2.1-t2v-1.3b", size="64x64", frames=5)
+    assert profiled.num_heads == 2  # what the Ulysses setup of its ranks checks
+
+
+def test_pre_load_checks_use_the_checkpoints_dit(two_head_checkpoint, monkeypatch):
+    with pytest.raises(UsageError, match=r"^fast-mode spec: exact_blocks 5 out of range for 2 blocks$"):
+        resolve_with(two_head_checkpoint, mode="fast", fast="exact_blocks=5")
+    # 4 Ulysses ranks split the preset's 12 heads but not the checkpoint's 2
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    resolve_with(None, parallel="ulysses")
+    with pytest.raises(UsageError, match=r"^Ulysses degree 4 does not divide the model's 2 attention heads; "):
+        resolve_with(two_head_checkpoint, parallel="ulysses")
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"device": "cuda"}, "--device cuda: no CUDA device is available here"),
+        ({"device": "cuda:x"}, "--device 'cuda:x': expected cpu, cuda or cuda:N"),
+        ({"dtype": "fp16"}, "unknown dtype 'fp16'; known: bf16, fp32"),
+        ({"kernels": "cuda"}, "unknown kernels 'cuda'; known: auto, torch, triton"),
+        ({"mode": "quick"}, "unknown mode 'quick'; known: exact, fast"),
+        ({"cfg": "batched", "parallel": "cfg"}, "CFG parallel runs each branch on its own rank; --cfg batched"),
+    ],
+)
+def test_bad_values_are_refused(kw, message):
+    with pytest.raises(UsageError) as e:
+        resolve_with(None, **kw)
+    assert str(e.value).startswith(message)
+
+
+def test_defaults_by_machine():
+    cpu = resolve_engine(cuda_devices=0, prompt="a fox")
+    gpu = resolve_engine(cuda_devices=2, prompt="a fox")
+    assert (cpu.preset, cpu.device, cpu.dtype, cpu.request.cfg, cpu.cfg_auto) == (
+        "tiny",
+        "cpu",
+        "fp32",
+        "batched",
+        True,
+    )
+    assert (gpu.preset, gpu.device, gpu.dtype, gpu.request.cfg) == ("wan2.1-t2v-1.3b", "cuda", "bf16", "sequential")
+    assert resolve_engine(cuda_devices=2, prompt="a fox", device="cuda:1").device == "cuda:1"
+    with pytest.raises(UsageError, match=r"^--device cuda:2: there are 2 CUDA devices$"):
+        resolve_engine(cuda_devices=2, prompt="a fox", device="cuda:2")
+
+
+# sys.modules[name] = None: `import name` fails and importlib.util.find_spec(name) is None, as
+# where the package is not installed
+WITHOUT_TORCH = "import sys; sys.modules['torch'] = None; from wanscope.cli import main; main()"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["generate", "--random-weights", "--prompt", "a fox"],
+        ["profile"],
+        ["compare-modes", "--checkpoint", "ckpt"],
+    ],
+)
+def test_engine_commands_without_torch_name_the_extra(argv, tmp_path):
+    r = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, *argv], capture_output=True, text=True, cwd=tmp_path)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (
+        f"wanscope: error: wanscope {argv[0]} runs the Wan engine, which this install lacks (torch missing): "
+        "pip install 'wanscope[engine]'\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+    # the help needs no engine
+    r = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, argv[0], "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--checkpoint" in r.stdout, r.stderr

@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch
 import torch.nn.functional as F
-from _common import attention_f64, rel_l2, time_ms, version, write_result
+from _common import attention_f64, rel_l2, result_label, time_ms, version, write_result
 
 from wanscope.wan.config import get_preset
 from wanscope.wan.dit import WanDiT
@@ -250,6 +250,12 @@ def kernel_section(args, device, tokens, cfg):
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--label",
+        type=result_label,
+        default=None,
+        help="what the run is, for the file name (NAME-YYYY-MM-DD-LABEL.json): lower-case, e.g. int8-3wg-a",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny preset on the CPU")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
@@ -316,7 +322,7 @@ def main(argv=None) -> dict:
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
-    path = write_result(args.out, "fast_mode", result)
+    path = write_result(args.out, "fast_mode", result, args.label)
 
     print(
         f"{result['device']}  torch {torch.__version__}  triton {result['triton']}  {preset.name}  "

@@ -4,7 +4,7 @@ Default: the 1.3B preset at 480x832x81 (L = 32,760 tokens), B=1, on CUDA. Sectio
 in its own try/except (a failure is recorded and the run goes on):
 
 1. DiT forward: our exact bf16 path (fused Triton kernels, the DiT's default attention: ``auto``,
-   our Hopper kernel on an H200 since session 4, cuDNN before; the row names below still say
+   our Hopper kernel on an H200 since f466517, cuDNN before; the row names below still say
    cuDNN from the runs they were written for) against fast-mode
    variants (``wan/precision.py`` ``FastConfig``, written as specs): the sweep in ``VARIANTS``
    below, or each ``--variant SPEC`` given instead. Each: warm-up, then
@@ -53,15 +53,16 @@ from wanscope.wan.dit import WanDiT
 from wanscope.wan.precision import FastConfig, apply_fast_mode
 
 # The sweep against issue 9's bound (forward error <= 5x the bf16 path's; all FP8 linears gave
-# 7.3x in run 4, benchmarks/RESULTS.md). One FP8 family at a time, with cuDNN attention: each
-# family's share of the error and of the time. Then the two families whose FP8 GEMM beat bf16
-# in run 4 (qkv 0.475 vs 0.611 ms, FFN up 0.861 vs 1.163; FFN down lost to its GELU quantizer,
-# o and cross tied), alone, with the two first and last blocks exact, and under our INT8
-# attention; all linears; all linears with INT8 attention and e4m3 P V (FastConfig's defaults
-# before 2026-11-30: 983 ms, 17.9x the bf16 error); and FastConfig()'s defaults (since session
-# 7: FP8 qkv and both FFN GEMMs with fast accumulation, FFN down's quantizer in one pass, and
-# INT8 Q K^T where the attention resolves to our Hopper kernel). Every other spec names
-# int8_attention, so those rows do not move with the defaults (they do with fast_accum).
+# 7.3x in the first fast-mode run, benchmarks/RESULTS.md, 2026-11-30). One FP8 family at a time,
+# with cuDNN attention: each family's share of the error and of the time. Then the two families
+# whose FP8 GEMM beat bf16 in that run (qkv 0.475 vs 0.611 ms, FFN up 0.861 vs 1.163; FFN down
+# lost to its GELU quantizer, o and cross tied), alone, with the two first and last blocks exact,
+# and under our INT8 attention; all linears; all linears with INT8 attention and e4m3 P V
+# (FastConfig's defaults before 2026-11-30: 983 ms, 17.9x the bf16 error); and FastConfig()'s
+# defaults (since bcf27f9: FP8 qkv and both FFN GEMMs with fast accumulation, FFN down's
+# quantizer in one pass, and INT8 Q K^T where the attention resolves to our Hopper kernel). Every
+# other spec names int8_attention, so those rows do not move with the defaults (they do with
+# fast_accum).
 # 10 forwards of ~0.5-1 s, each variant's build and warm-up included: ~2 min of the script's < 4.
 VARIANTS = [
     ("FP8 qkv", "linears=qkv int8_attention=no"),

@@ -1,13 +1,19 @@
 """Timing, error, output and diffusers-model helpers shared by the benchmark scripts
 (``attention_sweep.py``, ``dit_forward.py``, ``fast_mode.py``, ``kernels_bench.py``,
-``pipeline_e2e.py``). Imported after each script has set its environment (compile caches) and put
-``src`` on the path."""
+``pipeline_e2e.py``, ``multi_gpu.py``). Imported after each script has set its environment (compile
+caches) and put ``src`` on the path.
+
+Result files are ``NAME-YYYY-MM-DD[-label].json`` (``--label``: what the run was) and carry the
+commit they ran at; on a copy of the tree without ``.git`` (a device machine), set
+``WANSCOPE_COMMIT=$(git rev-parse --short HEAD)`` from the checkout that sent it."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -91,10 +97,53 @@ def version(module: str) -> str | None:
         return None
 
 
-def write_result(out_dir: Path, name: str, result: dict) -> Path:
-    """``result`` as ``out_dir/<name>-<date>[-smoke].json``, written through a temporary name."""
+REPO = Path(__file__).resolve().parents[1]
+# a result file's label says what the run was (``int8-3wg-a``, ``whole-model-compile``)
+_LABEL = re.compile(r"[a-z0-9][a-z0-9.+-]*")
+_WORK_PERIOD = re.compile(r"(?:session|run)-?[0-9]+")
+
+
+def git_commit(repo: Path = REPO) -> str | None:
+    """The commit the benchmark runs at: ``WANSCOPE_COMMIT`` where it is set (a copy of the tree
+    without ``.git``, such as a device machine's), else ``git rev-parse --short HEAD`` in ``repo``;
+    None outside a git checkout or without git. Uncommitted changes are not seen here: run on a
+    committed tree, or say what was uncommitted in RESULTS.md."""
+    if os.environ.get("WANSCOPE_COMMIT"):
+        return os.environ["WANSCOPE_COMMIT"]
+    try:
+        run = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return run.stdout.strip() or None if run.returncode == 0 else None
+
+
+def result_name(name: str, date: str, label: str | None = None, smoke: bool = False) -> str:
+    """``NAME-YYYY-MM-DD[-label][-smoke].json``. ValueError for a label that is not lower-case
+    letters, digits, '.', '+' and '-', or that names a work period (``session7``, ``run-10``)
+    instead of what the run was."""
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", date):
+        raise ValueError(f"date {date!r}: not YYYY-MM-DD")
+    if label is not None and (not _LABEL.fullmatch(label) or _WORK_PERIOD.search(label)):
+        raise ValueError(f"label {label!r}: lower-case letters, digits, '.', '+', '-', saying what the run was")
+    return f"{name}-{date}{f'-{label}' if label else ''}{'-smoke' if smoke else ''}.json"
+
+
+def result_label(label: str) -> str:
+    """``label`` if ``result_name`` takes it (an argparse ``type``: a bad ``--label`` is refused
+    before the run instead of at its end); ValueError otherwise."""
+    result_name("x", "2000-01-01", label)
+    return label
+
+
+def write_result(out_dir: Path, name: str, result: dict, label: str | None = None) -> Path:
+    """``result`` as ``out_dir/<name>-<date>[-label][-smoke].json`` (``result_name``), written
+    through a temporary name, with ``result["commit"]`` set to ``git_commit()`` unless the result
+    already has one."""
+    path = out_dir / result_name(name, result["date"], label, bool(result.get("smoke")))
+    result.setdefault("commit", git_commit())
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{name}-{result['date']}{'-smoke' if result['smoke'] else ''}.json"
     tmp = out_dir / f".{path.name}.partial"
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     os.replace(tmp, path)

@@ -81,6 +81,11 @@ GRID = [
 def _parse(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--label",
+        default=None,
+        help="what the run is, for the file name (NAME-YYYY-MM-DD-LABEL.json): lower-case, e.g. int8-3wg-a",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny shape on the CPU through Triton's interpreter")
     ap.add_argument("--warmup", type=int, default=None, help="untimed calls after the first (default 2; smoke 1)")
     ap.add_argument("--repeats", type=int, default=None, help="timed calls, >= 10 (default 10; smoke 2)")
@@ -147,7 +152,7 @@ def main(argv=None) -> dict:
     def hang(row):
         row["error"] = f"timeout: still running after {args.config_timeout_s:.0f} s (a hang?)"
         result["rows"].append(row)
-        path = write_result(args.out, "attention_sweep", result)
+        path = write_result(args.out, "attention_sweep", result, args.label)
         print(f"attention_sweep: {row['name']} hung; results so far in {path}", file=sys.stderr, flush=True)
         os._exit(3)
 
@@ -182,7 +187,7 @@ def main(argv=None) -> dict:
         finally:
             watchdog.cancel()
         result["rows"].append(row)
-        write_result(args.out, "attention_sweep", result)
+        write_result(args.out, "attention_sweep", result, args.label)
         if device.type == "cuda" and not state["context_lost"]:
             torch.cuda.empty_cache()
         return row
@@ -276,7 +281,7 @@ def main(argv=None) -> dict:
         "any": best(flash),
     }
     result["wall_s"] = round(time.perf_counter() - t_start, 1)
-    path = write_result(args.out, "attention_sweep", result)
+    path = write_result(args.out, "attention_sweep", result, args.label)
 
     print(
         f"{result['device']}  torch {torch.__version__}  triton {result['triton']}  [B, L, N, D] = {[b, l, n, d]}"

@@ -70,6 +70,7 @@ from _common import (
     diffusers_bf16,
     diffusers_config,
     rel_l2,
+    result_label,
     self_attention_inputs,
     sync,
     time_ms,
@@ -197,6 +198,12 @@ def fast_errors(fast_row: dict, exact_row: dict | None, exact_model, fast_cfg: F
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True, help="folder for dit_forward-YYYY-MM-DD.json")
+    ap.add_argument(
+        "--label",
+        type=result_label,
+        default=None,
+        help="what the run is, for the file name (NAME-YYYY-MM-DD-LABEL.json): lower-case, e.g. int8-3wg-a",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny preset on the CPU")
     ap.add_argument("--preset", default=None, help="default: wan2.1-t2v-1.3b (tiny with --smoke)")
     ap.add_argument("--size", default=None, help="WIDTHxHEIGHT, default 832x480 (64x64 with --smoke)")
@@ -449,7 +456,7 @@ def main(argv=None) -> dict:
         "cfg_step": cfg_rows,
         "smoke": args.smoke,
     }
-    path = write_result(args.out, "dit_forward", result)
+    path = write_result(args.out, "dit_forward", result, args.label)
 
     print(
         f"{result['device']}  torch {torch.__version__}  triton {result['triton']}  diffusers {diffusers_version}  "

@@ -4,7 +4,7 @@ Default: the 1.3B preset at 480x832x81 (L = 32,760 tokens), B=1, on CUDA. Sectio
 in its own try/except (a failure is recorded and the run goes on):
 
 1. DiT forward: our exact bf16 path (fused Triton kernels, the DiT's default attention: ``auto``,
-   our Hopper kernel on an H200 since session 4, cuDNN before; the row names below still say
+   our Hopper kernel on an H200 since f466517, cuDNN before; the row names below still say
    cuDNN from the runs they were written for) against fast-mode
    variants (``wan/precision.py`` ``FastConfig``, written as specs): the sweep in ``VARIANTS``
    below, or each ``--variant SPEC`` given instead. Each: warm-up, then
@@ -46,22 +46,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch
 import torch.nn.functional as F
-from _common import attention_f64, rel_l2, time_ms, version, write_result
+from _common import attention_f64, rel_l2, result_label, time_ms, version, write_result
 
 from wanscope.wan.config import get_preset
 from wanscope.wan.dit import WanDiT
 from wanscope.wan.precision import FastConfig, apply_fast_mode
 
 # The sweep against issue 9's bound (forward error <= 5x the bf16 path's; all FP8 linears gave
-# 7.3x in run 4, benchmarks/RESULTS.md). One FP8 family at a time, with cuDNN attention: each
-# family's share of the error and of the time. Then the two families whose FP8 GEMM beat bf16
-# in run 4 (qkv 0.475 vs 0.611 ms, FFN up 0.861 vs 1.163; FFN down lost to its GELU quantizer,
-# o and cross tied), alone, with the two first and last blocks exact, and under our INT8
-# attention; all linears; all linears with INT8 attention and e4m3 P V (FastConfig's defaults
-# before 2026-11-30: 983 ms, 17.9x the bf16 error); and FastConfig()'s defaults (since session
-# 7: FP8 qkv and both FFN GEMMs with fast accumulation, FFN down's quantizer in one pass, and
-# INT8 Q K^T where the attention resolves to our Hopper kernel). Every other spec names
-# int8_attention, so those rows do not move with the defaults (they do with fast_accum).
+# 7.3x in the first fast-mode run, benchmarks/RESULTS.md, 2026-11-30). One FP8 family at a time,
+# with cuDNN attention: each family's share of the error and of the time. Then the two families
+# whose FP8 GEMM beat bf16 in that run (qkv 0.475 vs 0.611 ms, FFN up 0.861 vs 1.163; FFN down
+# lost to its GELU quantizer, o and cross tied), alone, with the two first and last blocks exact,
+# and under our INT8 attention; all linears; all linears with INT8 attention and e4m3 P V
+# (FastConfig's defaults before 2026-11-30: 983 ms, 17.9x the bf16 error); and FastConfig()'s
+# defaults (since bcf27f9: FP8 qkv and both FFN GEMMs with fast accumulation, FFN down's
+# quantizer in one pass, and INT8 Q K^T where the attention resolves to our Hopper kernel). Every
+# other spec names int8_attention, so those rows do not move with the defaults (they do with
+# fast_accum).
 # 10 forwards of ~0.5-1 s, each variant's build and warm-up included: ~2 min of the script's < 4.
 VARIANTS = [
     ("FP8 qkv", "linears=qkv int8_attention=no"),
@@ -250,6 +251,12 @@ def kernel_section(args, device, tokens, cfg):
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--label",
+        type=result_label,
+        default=None,
+        help="what the run is, for the file name (NAME-YYYY-MM-DD-LABEL.json): lower-case, e.g. int8-3wg-a",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny preset on the CPU")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
@@ -316,7 +323,7 @@ def main(argv=None) -> dict:
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
-    path = write_result(args.out, "fast_mode", result)
+    path = write_result(args.out, "fast_mode", result, args.label)
 
     print(
         f"{result['device']}  torch {torch.__version__}  triton {result['triton']}  {preset.name}  "

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from _common import time_ms, write_result
+from _common import result_label, time_ms, write_result
 
 from wanscope.kernels import gated_add, norm_modulate, rms_norm_rope
 from wanscope.kernels import norm_modulate as nm_mod
@@ -196,6 +196,12 @@ def attention_layouts(device, l, c, n, repeats):
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--label",
+        type=result_label,
+        default=None,
+        help="what the run is, for the file name (NAME-YYYY-MM-DD-LABEL.json): lower-case, e.g. int8-3wg-a",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU")
     ap.add_argument("--repeats", type=int, default=20)
     args = ap.parse_args(argv)
@@ -259,7 +265,7 @@ def main(argv=None) -> dict:
         "attention_layouts": attn_rows,
         "smoke": args.smoke,
     }
-    path = write_result(args.out, "kernels_bench", result)
+    path = write_result(args.out, "kernels_bench", result, args.label)
 
     print(f"{result['device']}  torch {torch.__version__}  triton {result['triton']}  L={l} C={c}")
     header = (

@@ -38,8 +38,10 @@ definition of ``wanscope analyze``'s ranks section), for the all-to-alls (``Send
 are set for every case: NVLink multicast is off on the lent machines (device KINDS.md).
 
 Prints a table (speedup and scaling efficiency over the same implementation on one GPU, ours
-against diffusers on as many GPUs, the goals of issues 10 and 11), writes ``--out`` (JSON: one
-row per case in ``cases``), ends with one line of JSON.
+against diffusers on as many GPUs, the goals of issues 10 and 11), writes the JSON (one row per
+case in ``cases``, the date and the commit) to ``--out``: a folder gets
+``multi_gpu-YYYY-MM-DD[-LABEL].json`` (``--label``), a name ending in .json is the file itself.
+Ends with one line of JSON.
 ``--smoke`` runs the same code on the tiny preset on the CPU (gloo); diffusers' context
 parallelism needs an accelerator and is recorded as failed there.
 
@@ -49,7 +51,7 @@ carried in ``.whl/``; wanscope from ``src/`` without an install; about 4 minutes
     export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/diffusers-*.whl
     export PYTHONPATH=/tmp/site:$PWD/src
-    timeout 560 python3 benchmarks/multi_gpu.py --out "$OUT/multi_gpu.json"
+    timeout 560 python3 benchmarks/multi_gpu.py --out "$OUT"
 
 On 4 or 8 GPUs (kinds nvidia-h200-x4/-x8, when lent): ``--gpus 1,2,4`` or ``--gpus 1,2,4,8``
 (split with ``--only`` if the cases do not fit in one 10-minute call).
@@ -63,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import os
 import re
@@ -131,7 +134,13 @@ def parse_args(argv=None):
     p.add_argument("--no-profile", action="store_true", help="skip the profiled step of each Ulysses variant")
     p.add_argument("--case-timeout", type=int, default=300, help="seconds per case")
     p.add_argument("--smoke", action="store_true", help="tiny preset at 64x48x5 on the CPU (gloo)")
-    p.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    p.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="folder for multi_gpu-YYYY-MM-DD[-LABEL].json, or the JSON file to write (a name ending in .json)",
+    )
+    p.add_argument("--label", default=None, help="what the run is, for the file name in a folder --out")
     p.add_argument("--case", help=argparse.SUPPRESS)  # internal: run one case as a torchrun worker
     p.add_argument("--impl", help=argparse.SUPPRESS)
     p.add_argument("--mode", help=argparse.SUPPRESS)
@@ -577,6 +586,7 @@ def main(args) -> dict:
             row["rel_l2_vs_ours_1gpu"] = rel_l2(torch.load(mine), torch.load(base))
     result = {
         "benchmark": "multi_gpu",
+        "date": datetime.date.today().isoformat(),
         "preset": args.preset,
         "size": args.size,
         "frames": args.frames,
@@ -599,10 +609,16 @@ def main(args) -> dict:
         result["diffusers"] = diffusers.__version__
     except ImportError:
         result["diffusers"] = None
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(args.out)
+    from _common import git_commit, write_result
+
+    if args.out.suffix == ".json":
+        result["commit"] = git_commit()
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_name(args.out.name + ".tmp")
+        tmp.write_text(json.dumps(result, indent=2))
+        tmp.replace(args.out)
+    else:
+        write_result(args.out, "multi_gpu", result, args.label)
     print_table(result)
     print(json.dumps(result))
     return result

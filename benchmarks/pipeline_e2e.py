@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch
-from _common import diffusers_bf16, diffusers_config, sync, version, write_result
+from _common import diffusers_bf16, diffusers_config, result_label, sync, version, write_result
 
 from wanscope.wan.attention import resolve_backend
 from wanscope.wan.config import get_preset
@@ -155,6 +155,12 @@ def _positive(text: str) -> int:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True, help="folder for pipeline_e2e-YYYY-MM-DD.json")
+    ap.add_argument(
+        "--label",
+        type=result_label,
+        default=None,
+        help="what the run is, for the file name (NAME-YYYY-MM-DD-LABEL.json): lower-case, e.g. int8-3wg-a",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny preset, 64x64x5, 2 steps, on the CPU")
     ap.add_argument("--steps", type=_positive, default=None, help="default 50 (2 with --smoke)")
     args = ap.parse_args(argv)
@@ -209,7 +215,7 @@ def main(argv=None) -> dict:
     result["seconds"] = {"ours": ours_s, "diffusers": theirs_s}
     result["ratio_total"] = round(ours_s["total"] / theirs_s["total"], 3)
     result["ratio_denoising"] = round(ours_s["denoising"] / theirs_s["denoising"], 3)
-    path = write_result(args.out, "pipeline_e2e", result)
+    path = write_result(args.out, "pipeline_e2e", result, args.label)
     print(f"{'stage':<14} {'ours s':>9} {'diffusers s':>12}")
     for stage in ("text_encoding", "denoising", "vae_decode", "total"):
         print(f"{stage:<14} {ours_s[stage]:>9.2f} {theirs_s[stage]:>12.2f}")

@@ -77,7 +77,7 @@ def test_ten_steps_within_5x_bf16(setup, fast, monkeypatch):
     dit = apply_fast_mode(_build(state, torch.bfloat16), fast)
     err = rel_l2(_sample(dit, latents, cond, uncond), ref)
     # measured (torch 2.13 CPU): bf16 1.85e-3; the four 4.09x, 2.71x, 2.78x, 2.89x (the defaults
-    # before session 7, FP8 q/k/v and FFN up without FFN down: 2.72x; all linears with INT8
+    # before bcf27f9, FP8 q/k/v and FFN up without FFN down: 2.72x; all linears with INT8
     # attention and every block fast: 4.50x; at the Wan shape on the H200 17.9x)
     assert 1.5 * exact < err <= 5 * exact, f"fast {err:.3e} vs bf16 {exact:.3e}"
 

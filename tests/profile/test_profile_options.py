@@ -42,7 +42,8 @@ def test_defaults_by_machine():
     assert (gpu.cfg, cpu.cfg) == ("sequential", "batched")
 
 
-# the two sizes of the H200 measurement behind CFG_BATCHED_MAX_TOKENS (benchmarks/RESULTS.md run 10)
+# the two sizes of the H200 measurement behind CFG_BATCHED_MAX_TOKENS (benchmarks/RESULTS.md,
+# "2026-11-30: DiT forward, all contenders in one run, and CFG batching")
 @pytest.mark.parametrize("size, frames, auto", [("832x480", 81, "sequential"), ("416x240", 21, "batched")])
 def test_cfg_auto_by_size_and_explicit_overrides(size, frames, auto):
     def cfg(**kw):

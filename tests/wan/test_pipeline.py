@@ -74,7 +74,8 @@ def test_batched_cfg_is_one_forward_per_step_and_matches_sequential():
     assert err <= 1e-5, err
 
 
-# The two sizes of the H200 measurement behind CFG_BATCHED_MAX_TOKENS (benchmarks/RESULTS.md run 10):
+# The two sizes of the H200 measurement behind CFG_BATCHED_MAX_TOKENS (benchmarks/RESULTS.md,
+# "2026-11-30: DiT forward, all contenders in one run, and CFG batching"):
 # (width, height, frames), L, the mode --cfg auto picks
 MEASURED = [((832, 480, 81), 32_760, "sequential"), ((416, 240, 21), 2_340, "batched")]
 

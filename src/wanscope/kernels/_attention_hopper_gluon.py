@@ -21,27 +21,27 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-# The launch configurations that won on the H200 (benchmarks/RESULTS.md, 2026-11-30), as
-# (consumer warpgroups, BLOCK_N, STAGES, consumer registers); 64 query rows per consumer
-# warpgroup, the loader warp at 24 registers.
+# The launch configurations that won on the H200, as (consumer warpgroups, BLOCK_N, STAGES,
+# consumer registers); 64 query rows per consumer warpgroup, the loader warp at 24 registers.
 # bf16 and fp16: two consumers, 128-token K/V tiles, a 3-deep K/V ring (with Q, the 2 KB ones tile
 # and the barriers, 232,088 of the 232,448 bytes of shared memory a CTA may have at D = 128: no
 # room for a fourth stage), consumers at 240 registers. Three consumers with 64-key tiles (below)
-# were no faster in bf16 (9.65 against 9.59 ms at [1, 32760, 12, 128], session 7).
+# were no faster in bf16.
 # INT8 Q K^T: three consumers, 64-key tiles, a 4-deep ring; 160 registers each is what 16 warps
 # leave (3 x 128 x 160 + 128 x 24 <= 65,536), enough for 64-key tiles without spills (128-key
 # ones spill at 160). A third warpgroup hides more of the softmax's latency where the int8
-# tensor cores leave it exposed: 7.56 against 7.89 ms a call with two consumers and 128-key
-# tiles, and 346.1 / 349.9 against 359.7 / 360.9 ms per DiT forward (session 7). With two
-# consumers a fourth stage of 128-key tiles was slower (8.90 against 8.23 ms, session 6).
+# tensor cores leave it exposed; with two consumers a fourth stage of 128-key tiles was slower.
+# The A/Bs: benchmarks/RESULTS.md, "2026-11-30: fast mode, new defaults, one-pass quantizer, INT8
+# on three warpgroups" (57c8e79) and "2026-11-30: fast mode with INT8 `Q K^T` in our Hopper kernel".
 BLOCK_M = 64
 CONFIG = (2, 128, 3, 240)
 INT8_CONFIG = (3, 64, 4, 160)
 LOADER_REGS = 24
-# The fixed softmax shift from this many keys on (bf16): measured 0.94-0.96x the online softmax's
-# time at 32,760 keys and 1.13x at 512 (the key-norm pass and the bound do not pay for 4 blocks);
-# the crossover between is not measured (benchmarks/RESULTS.md, "fixed softmax shift"); nor is
-# it for INT8 Q K^T (64-key tiles, key norms from the quantizer), which only self-attention runs.
+# The fixed softmax shift from this many keys on (bf16): faster than the online softmax at
+# 32,760 keys, slower at 512 (the key-norm pass and the bound do not pay for 4 blocks); the
+# crossover between is not measured (benchmarks/RESULTS.md, "2026-11-30: Hopper attention with a
+# fixed softmax shift"); nor is it for INT8 Q K^T (64-key tiles, key norms from the quantizer),
+# which only self-attention runs.
 FIXED_MIN_KEYS = 2048
 KEY_ROWS = 64  # key tokens per program of the key-norm pass
 _LOG2E = 1.4426950408889634

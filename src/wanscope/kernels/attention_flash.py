@@ -46,8 +46,7 @@ rounding error of one product: 3 mantissa bits (e4m3, 2.5% RMS) cannot reach 1e-
 grid of a token's own maximum (0.6% RMS) can. Trained models' peaked attention differs:
 measure on real activations (``wanscope compare-modes``).
 
-Work and bytes at [1, 32760, 12, 128]: 4 B N L^2 D = 6.6e12 FLOP (cuDNN: 10.6 ms, 623 TFLOP/s
-on an H200); HBM traffic is q, k, v, o once (~400 MB; K/V re-reads per query tile hit L2).
+Work and bytes at [1, 32760, 12, 128]: 4 B N L^2 D = 6.6e12 FLOP; HBM traffic is q, k, v, o once (~400 MB; K/V re-reads per query tile hit L2).
 The 8-bit modes add their quantization passes (Triton, one read of q, k, v each and one of
 k for its mean, ~0.6 GB with the 8-bit writes).
 
@@ -88,9 +87,9 @@ class FlashConfig:
     """Launch configuration of the kernel (sweep with ``benchmarks/attention_sweep.py``).
 
     The defaults are the fastest exact config of the H200 sweep of 2026-11-30 (torch 2.11,
-    Triton 3.6.0, [1, 32760, 12, 128] bf16, ``benchmarks/results/attention_sweep-2026-11-30.json``):
-    11.89 ms, 1.047x cuDNN's 11.36 ms, at cuDNN's error (2.32e-3 relative L2 vs float64). The
-    fastest without warp specialization, 128x64 w8 s2 maxnreg=128, took 12.72 ms.
+    Triton 3.6.0, [1, 32760, 12, 128] bf16, ``benchmarks/results/attention_sweep-2026-11-30.json``;
+    its times against cuDNN's: benchmarks/RESULTS.md, "2026-11-30: attention alone, cuDNN vs our
+    Triton FlashAttention configs"), at cuDNN's error.
 
     Args:
         block_m: query rows per program (64 or 128 on Hopper; >= 16).
@@ -121,7 +120,7 @@ class FlashConfig:
 
 
 # The fastest 8-bit config of the same sweep (not warp-specialized: FlashConfig says why), for
-# int8 Q K^T: 11.20 ms, 0.986x cuDNN, 9.6e-3 relative L2; e4m3 Q K^T and P V: 10.21 ms, 5.3e-2
+# int8 Q K^T and for e4m3 Q K^T and P V alike
 FLASH_8BIT = FlashConfig(block_m=64, block_n=128, num_warps=4, num_stages=2, warp_specialize=False)
 
 

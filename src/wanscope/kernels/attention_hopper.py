@@ -51,18 +51,15 @@ roles (``gl.warp_specialize``):
   GEMM). The last K/V block is peeled for its column mask (rows past Lk read the next batch's
   tokens or TMA's zero fill, and get p = 0).
 
-Not in it: FA3's ping-pong scheduling of the two warpgroups (1-2% slower here, built from
-mbarriers), FP8 (INT8 ``Q K^T`` is an option, below), masks, backward. Work at [1, 32760, 12, 128]: 4 B N Lq Lk D = 6.6e12 FLOP;
+Not in it: FA3's ping-pong scheduling of the two warpgroups (slower here, built from mbarriers:
+benchmarks/RESULTS.md, "2026-11-30: attention, an FA3-style Gluon kernel"), FP8 (INT8 ``Q K^T`` is
+an option, below), masks, backward. Work at [1, 32760, 12, 128]: 4 B N Lq Lk D = 6.6e12 FLOP;
 HBM traffic q, k, v, o once (~400 MB; K/V re-reads hit L2) and k once more for the key norms.
 
-Measured (NVIDIA H200, torch 2.11.0+cu130, Triton 3.6.0, [1, 32760, 12, 128] bf16 on the DiT's
-layout, benchmarks/RESULTS.md 2026-11-30, "fixed softmax shift"): 9.85-10.11 ms, 0.94-0.96x the
-online-softmax version of this kernel in the same call (10.43-10.59 ms) and 0.81-0.84x cuDNN SDPA
-(11.99-12.10 ms). Error (relative L2 against float64 attention, q, k, v ~ N(0, 1)): 2.356e-3 at
-that shape (cuDNN 2.329e-3); 1.00-1.06x PyTorch SDPA's at small shapes, peaked rows included
-(q, k x 2.5), exact for a single key. In the 1.3B DiT forward at 480x832x81 (30 self- and 30
-cross-attention calls): 461.8 ms against 482.8 / 478.0 ms with the online softmax, 0.885x
-diffusers' regional compile (521.6 ms) in that call, same forward error (3.228e-3).
+Error bounds the GPU tests hold (relative L2 against float64 attention, q, k, v ~ N(0, 1)):
+<= 1.25x PyTorch SDPA's at small shapes (<= 1.1x with peaked rows, q and k x 2.5), and at the
+DiT's [1, 32760, 12, 128] bf16 <= min(1.05x cuDNN's, 2.5e-3). Speed and error on an H200:
+benchmarks/RESULTS.md, "2026-11-30: Hopper attention with a fixed softmax shift".
 
 INT8 Q K^T (``qk_int8=True``, the fast mode's, not exact; bf16 only): q and k are first quantized
 by ``wanscope.kernels.qk_int8`` (q per (token, head), k smoothed by its mean over tokens and
@@ -72,14 +69,11 @@ at the bits of the fp32 1.5 * 2^23: read as fp32, its bits are 1.5 * 2^23 + S ex
 128 * 127^2 < 2^22), so no int-to-float conversion runs and the offset folds into the fixed
 shift (p = 2^(bits f_i - (m_i + 1.5 * 2^23 f_i)), still one FFMA per score) or into one FADD (online
 softmax). The bound of the fixed shift uses the quantized vectors' norms, an exact bound on the
-scores the kernel computes. P V stays bf16. Measured (same H200 and layout, two runs of
-``benchmarks/attention_sweep.py --skip-int8 --skip-flash``, benchmarks/RESULTS.md "INT8 Q K^T"):
-7.05-7.69 ms with the quantization (~0.3-0.45 ms) against 9.17-9.64 ms bf16 and 11.49-11.67 ms cuDNN;
-error vs float64 1.40e-2 for q, k, v ~ N(0, 1) (6x cuDNN's), 4.2e-3 on the DiT's own first-block
-inputs (2.5x the exact kernel's); the DiT forward's error is unchanged (1.45x the exact path's,
-from the FP8 GEMMs: session 6, two consumer warpgroups, FP8 q/k/v and FFN up). Three consumer warpgroups on 64-key tiles instead of two on 128 (session 7,
-same H200, one call, interleaved): 7.56 against 7.89 ms a call, and 346.1 / 349.9 against 359.7 /
-360.9 ms per DiT forward in the fast mode; same error (1.41e-2).
+scores the kernel computes. P V stays bf16. Error: <= 1.25x SDPA's against float64 attention on the
+same int8 scores at small shapes, <= 1.5e-2 against exact attention at the DiT shape with
+q, k, v ~ N(0, 1) (k's one scale per head). Speed and error on an H200, two warpgroups against
+three: benchmarks/RESULTS.md, "2026-11-30: fast mode with INT8 ``Q K^T`` in our Hopper kernel" and
+"2026-11-30: fast mode, new defaults, one-pass quantizer, INT8 on three warpgroups".
 
 Needs: an sm_90 GPU and Triton with Gluon's Hopper module (``triton.experimental.gluon``,
 tested with Triton 3.6.0 only: Gluon is experimental and its API moves between releases).

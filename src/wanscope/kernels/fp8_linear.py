@@ -120,8 +120,8 @@ def _row_parts(k: int) -> tuple[int, int]:
 
 def _launch(x: torch.Tensor, gelu: bool) -> tuple[torch.Tensor, torch.Tensor]:
     # warps: a 1024-wide first part per warp, the fastest in the H200 sweep at both of the 1.3B
-    # DiT's widths (K = 1536: 1 warp 38.6 us per [32760, K] call, 2: 41.6, 8: 67.6; K = 8960
-    # with GELU: 8 warps 352 us, 16: 354, 4: 656; benchmarks/RESULTS.md, session 7)
+    # DiT's widths, K = 1536 and K = 8960 with GELU (benchmarks/RESULTS.md, "2026-11-30: fast mode,
+    # new defaults, one-pass quantizer, INT8 on three warpgroups", change 2, 3f6bb5f)
     m, k = x.shape
     if k > MAX_ROW:
         raise ValueError(

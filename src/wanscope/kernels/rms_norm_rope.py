@@ -113,8 +113,9 @@ def _launch(x, weight, cos, sin, num_heads, eps):
             ROPE=cos is not None,
             ROWS=rows,
             BLOCK_C=block_c,
-            # 32 features a thread (four 16-byte loads in bf16): at [1, 32760, 1536] on an H200, 94.9 us
-            # against 105.8 us with 8 warps and 182.1 us for the stride-2 kernel before (RESULTS.md)
+            # 32 features a thread (four 16-byte loads in bf16): the fastest at [1, 32760, 1536] on an
+            # H200, against 8 warps and the stride-2 kernel before (benchmarks/RESULTS.md, "2026-11-30:
+            # DiT forward with a vectorized rms_norm_rope and a split attention tail", its A/B)
             num_warps=min(8, max(1, rows * block_c // 1024)),
         )
     return out

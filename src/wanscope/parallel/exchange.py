@@ -170,7 +170,8 @@ class _NcclCall(_Call):
             for i in tensors:
                 # one call per tensor, so each lands contiguous [L, B, hg, D] rather than
                 # interleaved with the other two: cuDNN's attention is slower on interleaved
-                # rows (wan/fused.py measured 3% for a strided v alone)
+                # rows (a strided v alone: benchmarks/RESULTS.md, "2026-11-30: DiT forward with
+                # fused Triton kernels vs torch.compile", kernels_bench)
                 self.works[g].append(
                     dist.all_to_all_single(
                         self.recv[g][i],

@@ -17,10 +17,10 @@ DEFAULT_TIMEOUT_S = 300.0
 # Ulysses splits each rank's N/P heads into groups and pipelines them: the transfer of group
 # g+1's inputs (and group g's output) runs while group g's attention does (parallel/ulysses.py);
 # 1 group is the plain, unpipelined path. The count per transport (parallel/exchange.py),
-# swept by benchmarks/multi_gpu.py on 2x H200 (1.3B, 832x480x81, bf16, benchmarks/RESULTS.md):
-# over NCCL 2 groups (714.8 ms/step against 720.2 for 1, 737.9 for 3, 740.1 for 6: more,
-# smaller attention calls cost more than they hide, NCCL's kernels taking SMs from each);
-# over copy engines 3 (650.2 ms/step, as 6; 655.1 for 2, 660.4 for 1; session 3).
+# the fastest of benchmarks/multi_gpu.py's sweeps on 2x H200 (1.3B, 832x480x81, bf16): over
+# NCCL 2 groups (more, smaller attention calls cost more than they hide, NCCL's kernels taking
+# SMs from each; benchmarks/RESULTS.md, "2026-11-30: multi-GPU, Ulysses head-group sweep"); over
+# copy engines 3, tied with 6 ("2026-11-30: multi-GPU, Ulysses over copy engines", 80be663).
 DEFAULT_ULYSSES_HEAD_GROUPS = {"nccl": 2, "copy-engine": 3}
 TRANSPORTS = ("nccl", "copy-engine")
 TRANSPORT_ENV = "WANSCOPE_ULYSSES_TRANSPORT"
@@ -31,9 +31,9 @@ def ulysses_transport(device_type: str, local_world_size: int, ulysses_degree: i
 
     ``copy-engine`` on CUDA when every Ulysses group lies on one host (its ranks are
     consecutive, so when ``ulysses_degree`` divides ``local_world_size``, the ranks per host)
-    and its GPUs can address each other's memory (``peer_access``): 1.919x over one GPU on
-    2x H200 against NCCL's 1.883x in the same run (benchmarks/RESULTS.md); ``nccl`` otherwise
-    (gloo on the CPU). The environment variable ``WANSCOPE_ULYSSES_TRANSPORT`` (one of
+    and its GPUs can address each other's memory (``peer_access``): faster than NCCL on 2x H200
+    (benchmarks/RESULTS.md, "2026-11-30: multi-GPU, Ulysses over copy engines"); ``nccl``
+    otherwise (gloo on the CPU). The environment variable ``WANSCOPE_ULYSSES_TRANSPORT`` (one of
     ``TRANSPORTS``) overrides the choice.
 
     Raises:

@@ -758,7 +758,7 @@ def _staging_rank(con, header: dict, source_id: int) -> int:
     """The rank written while a file is staged: its rank as the keys before the events
     give it (``_rank``), or a placeholder where rows of an earlier file have that rank.
     ``_finish_source`` replaces it only when it is not the file's rank (a placeholder, or
-    a ``distributedInfo`` after the events): an UPDATE of every row, ~0.15 s per million."""
+    a ``distributedInfo`` after the events): an UPDATE of every row."""
     rank = _rank(header, source_id)
     used = " UNION ALL ".join(f"SELECT 1 FROM {t} WHERE rank = $rank" for t in ("sources", *_TABLES))
     if con.execute(f"SELECT count(*) FROM ({used})", {"rank": rank}).fetchall()[0][0]:

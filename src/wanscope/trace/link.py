@@ -12,7 +12,8 @@ import os
 import duckdb
 
 # numpy's OpenBLAS starts threads that busy-wait; nothing here calls BLAS, and on a 2-core
-# machine they took ~5% of analyze's CPU (perf). Effective only if numpy is not loaded yet.
+# machine they took a share of analyze's CPU that perf could see. Effective only if numpy is not
+# loaded yet.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 

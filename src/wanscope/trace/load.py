@@ -28,17 +28,19 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # one staging statement's rows (trace/kineto.py, ~75 MB) fit under it beside the compressed
 # tables, so the buffer pool seldom evicts. An eviction also purges the allocator's caches
 # (DuckDB's Allocator::FlushAll), after which every buffer is faulted in afresh: at 136 MB the
-# 522 MB benchmark trace cost ~5,000 purges and ~0.5 s more system time.
+# 522 MB benchmark trace paid for thousands of purges in system time (benchmarks/RESULTS.md,
+# "2026-11-30: `analyze` vs HTA, compressed ingest").
 INGEST_MEMORY_LIMIT = "200MB"
 # ... once the traces are in (nesting, analyses, queries). cpu_ops comes out of the nesting's
 # rewrite uncompressed (123 MB for the 522 MB benchmark trace) and partly spills: compressing it
-# with a checkpoint cost more (+0.23 s) than the spill (benchmarks/RESULTS.md, session 4).
+# with a checkpoint cost more than the spill (benchmarks/RESULTS.md, same section).
 DUCKDB_MEMORY_LIMIT = "100MB"
 # ... and while the nesting of host ranges holds its numpy arrays (trace/link.py).
 NEST_MEMORY_LIMIT = "48MB"
 # DuckDB's worker threads. The ingest limit holds two threads parsing JSON chunk files at
 # once; on a machine with more cores DuckDB would start one per core and, at 3, the parse
-# thrashed under its limit (24 s instead of 4 on the 522 MB benchmark, at 136 MB).
+# thrashed under its limit (136 MB then; benchmarks/RESULTS.md, "2026-11-30: `analyze` vs HTA
+# after the nesting, staging and islands rewrite").
 DUCKDB_THREADS = 2
 GZIP_MAGIC = b"\x1f\x8b"
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
@@ -239,7 +241,7 @@ def open_traces(paths, db: str | os.PathLike | None = None) -> duckdb.DuckDBPyCo
         if tmp_db is None:
             # An in-memory database of its own with compression on (DuckDB >= 1.3): the
             # tables take ~7x less memory (cpu_ops of the 522 MB benchmark trace: 22 MB
-            # instead of 154 MB) for ~0.1 s of CPU per million rows.
+            # instead of 154 MB) for a little CPU per row.
             con.execute("ATTACH ':memory:' AS traces (COMPRESS); USE traces")
         con.execute(schema_sql())
         for source_id, (path, kind) in enumerate(zip(files, kinds)):

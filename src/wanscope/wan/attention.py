@@ -14,9 +14,9 @@ FlashAttention-3-style Gluon kernel (``wanscope.kernels.attention_hopper``: bf16
 ``hopper`` where it runs (the inputs' device is an sm_90 GPU where Gluon's Hopper module imports,
 bf16/fp16, a head dim it takes), else ``sdpa``. ``WanDiT`` resolves it once per forward, outside
 its blocks (which may be compiled); ``attention`` resolves it per call for direct callers. Why the
-default: on an H200 the 1.3B DiT forward at 480x832x81 took 478.6 ms with ``hopper`` against
-511.8 ms with cuDNN through ``sdpa``, at the same error (3.23e-3 relative L2 vs fp32;
-benchmarks/RESULTS.md, 2026-11-30).
+default: on an H200 the 1.3B DiT forward at 480x832x81 is faster with ``hopper`` than with cuDNN
+through ``sdpa``, at the same error (benchmarks/RESULTS.md, "2026-11-30: DiT forward with our
+Hopper attention").
 
 Modules that name a backend import no Triton: the kernels are imported when first used.
 """

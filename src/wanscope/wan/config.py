@@ -26,11 +26,10 @@ CFG_MODES = ("auto", "sequential", "batched")
 # less ``triton`` (a benchmark contender), here where no torch is imported.
 ATTENTION_CHOICES = ("auto", "sdpa", "cudnn", "flash", "efficient", "math", "hopper")
 # auto: batched up to this many tokens, sequential above. One CFG step of our exact path on an
-# H200 (benchmarks/RESULTS.md, 2026-11-30 run 10, median of 5): at L = 2,340 (416x240x21)
-# batched took 49.4 ms against 93.9 sequential (1.90x faster); at L = 32,760 (832x480x81)
-# 1,007.2 against 1,010.1 (equal), with 1.2 GiB more peak memory (13.09 against 11.88 GiB).
-# Nothing between the two sizes is measured: 8,192 is a round number near their geometric
-# mean (8,755), not a measured crossover.
+# H200: batched is faster at L = 2,340 (416x240x21) and no faster at L = 32,760 (832x480x81),
+# where it takes more peak memory (benchmarks/RESULTS.md, "2026-11-30: DiT forward, all
+# contenders in one run, and CFG batching"). Nothing between the two sizes is measured: 8,192 is
+# a round number near their geometric mean (8,755), not a measured crossover.
 CFG_BATCHED_MAX_TOKENS = 8192
 # --kernels of generate: the DiT ops (``wan.dit.Kernels``) and auto (``wan.dit.resolve_kernels``)
 KERNEL_CHOICES = ("auto", "torch", "triton")

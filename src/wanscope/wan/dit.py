@@ -53,8 +53,8 @@ class Kernels(str, Enum):  # noqa: UP042 - str() and f-strings give the member n
 def resolve_kernels(kernels: Kernels | str, device: torch.device | str, qk_norm: bool = True) -> Kernels:
     """``kernels`` as a ``Kernels``, with ``auto`` resolved: the fused Triton kernels on a CUDA
     device where Triton is installed and the model has q/k RMSNorm (the fused op always
-    normalizes), the torch ops elsewhere. The fused path is the faster exact one: 507.8 vs 673.9 ms
-    per 1.3B 480p forward on an H200, same error (benchmarks/RESULTS.md, run 2).
+    normalizes), the torch ops elsewhere. The fused path is the faster exact one, same error
+    (benchmarks/RESULTS.md, "2026-11-30: DiT forward with fused Triton kernels vs torch.compile").
 
     Raises:
         UsageError: a name that is neither ``auto`` nor a ``Kernels`` value.

@@ -63,8 +63,9 @@ def self_attention(attn, h, rope, backend):
     qkv = F.linear(h, attn.fused_weight, attn.fused_bias)  # [B, L, 3C]
     q = rms_norm_rope(qkv[..., :c], attn.norm_q.weight, rope, n, attn.norm_q.eps)  # [B, L, N, D]
     k = rms_norm_rope(qkv[..., c : 2 * c], attn.norm_k.weight, rope, n, attn.norm_k.eps)
-    # A contiguous copy of v measured no faster in the whole forward (507.4 vs 508.2 ms, H200,
-    # benchmarks/RESULTS.md), so cuDNN reads v as a strided slice of the QKV output.
+    # A contiguous copy of v measured no faster in the whole forward (H200; benchmarks/RESULTS.md,
+    # "2026-11-30: fast mode, first H200 run", its contiguous-v A/B), so cuDNN reads v as a strided
+    # slice of the QKV output.
     v = qkv[..., 2 * c :].unflatten(-1, (n, -1))  # [B, L, N, D] view, rows 3C apart
     return attn.o(attn.attend(q, k, v, backend).flatten(2))  # [B, L, C]
 

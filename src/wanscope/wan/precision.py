@@ -68,17 +68,15 @@ class FastConfig:
     path's) measured on an H200 (torch 2.11, Triton 3.6.0, Wan2.1 1.3B at L = 32760, random
     weights): FP8 q/k/v and both FFN GEMMs with ``_scaled_mm``'s fast accumulation (the FFN
     down-projection's quantizer applies the GELU, so the up-projection's output is read once),
-    and, where the attention backend resolves to our Hopper kernel, its INT8 ``Q K^T``. In one
-    run (``benchmarks/fast_mode.py``, benchmarks/RESULTS.md, session 7): 370.1 ms per forward
-    against 393.2 for FP8 q/k/v and FFN up with precise accumulation (the defaults of session
-    6) and 455.2 for the exact path, at 3.38x the exact path's error (2.76x before; fast
-    accumulation itself changed the error by < 0.1%; that is ``fast_mode.py``'s ratio, on our
-    ``init_weights()``: ``dit_forward.py``, on diffusers' initialization of the same config,
-    measures 1.75x for the same defaults). With the one-pass FP8 quantizer and the
-    INT8 kernel's three consumer warpgroups of the same session: 354.2 ms, 0.668x the best
-    torch.compile in the same run (``benchmarks/dit_forward.py``). ``attention_int8`` (Triton,
-    FA2-style) is slower than cuDNN (15.5 vs 10.7 ms a call), so off the Hopper kernel INT8
-    attention stays an option; with e4m3 P V it exceeds the bound (17.9x with all linears).
+    and, where the attention backend resolves to our Hopper kernel, its INT8 ``Q K^T``. Their
+    speed and error against the exact path and the configs they replaced: benchmarks/RESULTS.md,
+    "2026-11-30: fast mode, new defaults, one-pass quantizer, INT8 on three warpgroups". The error
+    ratio depends on the weights' initialization: ``benchmarks/fast_mode.py`` runs on our
+    ``init_weights()``, ``benchmarks/dit_forward.py`` on diffusers' initialization of the same
+    config, and the two measure different ratios for the same defaults. ``attention_int8``
+    (Triton, FA2-style) is slower than cuDNN, so off the Hopper kernel INT8 attention stays an
+    option; with e4m3 P V it exceeds the bound (benchmarks/RESULTS.md, "2026-11-30: fast mode per
+    FP8 family against issue 9's 5x bound").
 
     Args:
         linears: the GEMMs run in FP8, a subset of ``LINEARS``.

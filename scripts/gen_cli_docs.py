@@ -27,11 +27,12 @@ COMMAND = "python scripts/gen_cli_docs.py"
 
 HEADER = f"""# Command reference
 
-Every command's `--help`, as wanscope prints it. This file is generated: do not edit it by
-hand; after changing a command's options or help, run `{COMMAND}` (with the repository's
-virtual environment) and commit the result. `tests/test_cli_docs.py` fails when it is out of
-date. What the outputs mean: [design.md](design.md) (definitions), [json.md](json.md) (JSON
-layouts), [analysis.md](analysis.md) and [engine.md](engine.md) (each command in detail).
+Every command's `--help`, as wanscope prints it in a terminal of 80 columns. This file is
+generated; do not edit it by hand. After changing a command's options or help text, run
+`{COMMAND}` with the repository's virtual environment and commit the result:
+`tests/test_cli_docs.py` fails while it is out of date. What the outputs mean:
+[design.md](design.md) (definitions) and [json.md](json.md) (JSON layouts); each command in
+detail: [analysis.md](analysis.md), [profile.md](profile.md), [engine.md](engine.md).
 """
 
 

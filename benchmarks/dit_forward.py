@@ -130,7 +130,7 @@ def measure(name, fn, device, warmup, repeats, ref, flops, peak_tflops):
     return row, out
 
 
-# kernel names of attention (shared/DESIGN.md categories); Inductor's fused kernels that merely
+# kernel names of attention (docs/design.md, "Categories"); Inductor's fused kernels that merely
 # name an attention op are pointwise, not attention
 _ATTENTION = re.compile(r"flash|fmha|sdpa|attention", re.I)
 

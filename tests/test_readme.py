@@ -25,3 +25,14 @@ def test_every_command_is_in_the_readme():
     text = (REPO / "README.md").read_text()
     missing = [name for name in COMMANDS if f"`wanscope {name}" not in text]
     assert missing == []
+
+
+def test_the_readme_is_a_front_page():
+    size = len((REPO / "README.md").read_bytes())
+    assert size <= 8192, f"README.md is {size} bytes, over 8 KB: reference material belongs in docs/"
+
+
+def test_the_readme_and_docs_date_things_and_name_no_work_periods():
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        hits = re.findall(r"\bsessions? \d+", path.read_text(), re.IGNORECASE)
+        assert hits == [], f"{path.relative_to(REPO)}: {hits} (use dates and commits)"

@@ -3,7 +3,7 @@
 Rules are tried in order and the first match wins (case-insensitive regular-expression
 search); a kernel no rule matches is ``other``. Memory operations are categories of their
 own: ``memcpy_<kind>`` (``memcpy_HtoD``, ``memcpy_DtoH``, ...) and ``memset``. The order
-and the reasons are in DESIGN.md ("Categories").
+and the reasons are in docs/design.md, "Categories".
 """
 
 from __future__ import annotations

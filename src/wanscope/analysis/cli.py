@@ -18,7 +18,7 @@ TRACE: Kineto .json/.json.gz files, Nsight Systems .sqlite exports, a directory 
 files, or a database kept with --db. With no TRACE, the H200 Wan2.1 trace embedded in
 the package is analyzed.
 
-All times are integer nanoseconds. JSON fields are documented in the README
+All times are integer nanoseconds. JSON fields are documented in docs/json.md
 ("analyze JSON")."""
 
 

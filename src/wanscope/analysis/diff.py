@@ -15,7 +15,7 @@ every number on one side equals what ``analyze`` reports for that trace. Definit
   operations are categories of their own with ``pct`` None. Share deltas are in
   percentage points; ``time_change_pct`` is relative (positive = NEW slower).
 - Attention's share is the ``attention`` category's (a Triton kernel named after an
-  attention op is a fused kernel, not attention: DESIGN.md, "Categories").
+  attention op is a fused kernel, not attention: docs/design.md, "Categories").
 - Kernels appeared / disappeared / changed are matched by exact name over the whole trace.
 """
 
@@ -192,7 +192,7 @@ def diff(base_con, new_con, base_label: str = "BASE", new_label: str = "NEW", to
         ``window``: ``BASES``),
         ``delta``, ``attention`` (``base_pct``, ``new_pct``, ``delta_pct``), ``categories``,
         ``kernels``, ``fused_kernels``, ``fused_ops``, ``warnings`` and ``notes`` (plain
-        sentences). The README documents each field.
+        sentences). docs/json.md documents each field ("diff JSON").
     """
     sides = {"base": trace_totals(base_con, base_label), "new": trace_totals(new_con, new_label)}
     base, new = sides["base"], sides["new"]

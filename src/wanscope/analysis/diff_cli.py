@@ -20,7 +20,7 @@ and the fused Triton kernels of a torch.compile run with the ops fused into each
 BASE and NEW: each a Kineto .json/.json.gz file, an Nsight Systems .sqlite export, a
 directory of rank files or a database kept with `analyze --db` (mixed formats are fine).
 
-All times are integer nanoseconds. JSON fields are documented in the README ("diff JSON").
+All times are integer nanoseconds. JSON fields are documented in docs/json.md ("diff JSON").
 With --fail-if-slower PCT the exit code is 1 when NEW's time is more than PCT percent
 above BASE's, and 2 when the two times cannot be compared (say, one trace has GPU activity
 and the other none)."""

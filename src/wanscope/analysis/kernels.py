@@ -1,7 +1,7 @@
 """Top kernels and time by category per (rank, device).
 
 A kernel's or category's ``pct`` is its share of summed kernel time in the window
-(DESIGN.md, "Shares"); memory operations are categories of their own with their own times
+(docs/design.md, "Shares"); memory operations are categories of their own with their own times
 and no share of kernel time (``pct`` is None for them).
 """
 

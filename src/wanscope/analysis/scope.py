@@ -1,6 +1,6 @@
 """What an analysis looks at: the GPU activity in scope and its window, as SQL.
 
-Definitions (DESIGN.md):
+Definitions (docs/design.md, "Definitions"):
 - GPU activity: kernels, memcpy and memset records with valid times (ingest already
   dropped zero-timestamp and non-positive-duration records and counted them).
 - Window: first GPU activity start to last GPU activity end per (rank, device); with a

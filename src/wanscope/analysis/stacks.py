@@ -2,7 +2,7 @@
 
 GPU op -> its launch (the API call with the same correlation id in the same process, in
 ``api_calls``) -> the ``cpu_ops`` enclosing the launch on the launching thread at launch
-time (aten ops, Python frames, annotations), outermost first (DESIGN.md, "Call stack
+time (aten ops, Python frames, annotations), outermost first (docs/design.md, "Call stack
 behind a gap").
 """
 

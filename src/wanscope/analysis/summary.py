@@ -1,6 +1,7 @@
 """``analyze``: every per-device analysis in one JSON-ready object.
 
-The object's layout is versioned by ``SCHEMA_VERSION``; the README documents each field.
+The object's layout is versioned by ``SCHEMA_VERSION``; docs/json.md documents each field
+("analyze JSON").
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from wanscope.errors import InputError, UsageError
 
-# Kernel names of each attention backend (benchmarks/ncu_attention_capture.py; DESIGN.md).
+# Kernel names of each attention backend (benchmarks/ncu_attention_capture.py; docs/design.md, "Capturing").
 ATTENTION_KERNELS = {
     "flash": "flash_fwd",  # FlashAttention-2 in PyTorch: pytorch_flash::flash_fwd_kernel
     "cudnn": "cudnn_generated_fort_native_sdpa",  # e.g. ..._sdpa_sm90_flash_fprop_*

@@ -7,8 +7,8 @@ subscriber per process), under
     nsys profile -t cuda,nvtx,osrt -s none --cpuctxsw=none --capture-range=cudaProfilerApi
                  --capture-range-end=stop --export sqlite
 
-(without ``-s none --cpuctxsw=none`` a small script wrote a 2 GB ``.qdstrm``: DESIGN.md,
-"Capturing on the H200"). The engine's step, CFG and block ranges are NVTX ranges too, so the
+(without ``-s none --cpuctxsw=none`` a small script wrote a 2 GB ``.qdstrm``: docs/design.md,
+"Capturing"). The engine's step, CFG and block ranges are NVTX ranges too, so the
 export has the same steps. nsys writes under a temporary name in the output folder; the files
 are renamed to ``trace.nsys-rep`` and ``trace.sqlite`` once both exist.
 """

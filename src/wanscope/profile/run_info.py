@@ -1,6 +1,6 @@
 """The ``run`` object of a profile's report.json: what ran, on what, and what it measured.
 
-Fields (README, ``wanscope profile``): ``note`` (the random-weights warning or None),
+Fields (docs/json.md, "profile JSON"): ``note`` (the random-weights warning or None),
 ``random_weights``, ``checkpoint``, ``preset``, ``dit`` (dim, layers, heads, FFN dim),
 ``height``, ``width``, ``frames``, ``tokens`` (DiT sequence length per forward),
 ``schedule_steps``, ``warmup_steps``, ``profiled_steps`` (schedule indices), ``solver``,

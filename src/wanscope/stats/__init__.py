@@ -5,7 +5,7 @@
 (``gpu_gaps``, ``gpu_time_util``) as SQL over the tables every ingested source fills,
 with NVIDIA's definitions, column names and rounding, so ``wanscope stats`` prints what
 ``nsys stats`` prints. They are a layer of their own, beside the ``analyze`` definitions
-of DESIGN.md; ``docs/nsys.md`` lists where the two differ. ``gpu_time_split`` adds the
+of docs/design.md ("Definitions"); ``docs/nsys.md`` lists where the two differ. ``gpu_time_split`` adds the
 kernels-vs-memory-operations share that the profiling study used.
 
 Definitions: NVIDIA Nsight Systems User Guide, "Report Scripts" and "Expert Systems

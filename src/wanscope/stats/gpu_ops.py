@@ -7,7 +7,7 @@ time, so the rules count it as busy; an overhead on one thread of a process coun
 every device the process used). Overhead names as in the rules' definition: "CUDA
 profiling data flush overhead", "CUDA profiling stop overhead", "CUDA profiling overhead".
 
-Unlike our ``analyze`` (DESIGN.md, "Definitions"), the rules work per process and device,
+Unlike our ``analyze`` (docs/design.md, "Definitions"), the rules work per process and device,
 not per device alone, and count this overhead as activity.
 """
 

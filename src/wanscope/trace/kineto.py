@@ -16,7 +16,7 @@ streaming parser into the same files, with only the fields staged of each event 
 
 Times: ``start_ns = round(ts * 1000)`` and ``dur_ns = round(dur * 1000)`` computed on the
 decimal text (parsed to DECIMAL(35, 3), which rounds half away from zero as round()
-does), ``end_ns = start_ns + dur_ns`` (DESIGN.md).
+does), ``end_ns = start_ns + dur_ns`` (docs/design.md, "Canonical trace schema").
 """
 
 from __future__ import annotations

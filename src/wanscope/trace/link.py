@@ -175,7 +175,7 @@ UPDATE cuda_syncs SET pid = l.pid FROM _launch l
 DROP TABLE _launch;
 """
 
-# Our own step ranges win over the profiler's; never both (DESIGN.md, "Step").
+# Our own step ranges win over the profiler's; never both (docs/design.md, "Step").
 _STEPS_SQL = """
 INSERT INTO steps
 WITH ours AS (

@@ -1,5 +1,5 @@
--- The canonical trace schema (see DESIGN.md). Every source is normalized into these
--- tables once, at ingest; analyses never see source formats.
+-- The canonical trace schema (docs/design.md, "Canonical trace schema"). Every source is
+-- normalized into these tables once, at ingest; analyses never see source formats.
 -- Each column line ends with a comment "unit: description"; `wanscope schema` prints them.
 -- Times are integer nanoseconds on the source's own clock; end_ns >= start_ns always.
 

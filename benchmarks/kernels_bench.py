@@ -4,7 +4,7 @@
 For each case: median time of ``--repeats`` calls (CUDA events), the bytes the fused op must
 move (its inputs read once, its outputs written once), achieved GB/s and its share of the
 4.16 TB/s device-to-device copy rate measured on the H200 on 2026-11-30 (torch 2.11; the rate
-behind the percentages of benchmarks/RESULTS.md, run 2), the same for the
+behind the percentages of benchmarks/RESULTS.md, '2026-11-30: DiT forward with fused Triton kernels vs torch.compile'), the same for the
 unfused torch path, and a correctness check on the GPU: max error of the fused output against
 the op's fp32 reference (same math in torch ops), required within one ulp of the output dtype
 at max|ref| or within 1.1x the torch path's own error. Also: the FFN up-projection with
@@ -45,7 +45,7 @@ from wanscope.wan.config import DiTConfig
 from wanscope.wan.dit import RMSNorm, apply_rope, modulate, rope_tables
 from wanscope.wan.fused import linear_gelu_tanh
 
-COPY_TBPS = 4.16  # device-to-device copy, H200, 2026-11-30 (benchmarks/RESULTS.md, run 2)
+COPY_TBPS = 4.16  # device-to-device copy, H200, 2026-11-30 (benchmarks/RESULTS.md, '2026-11-30: DiT forward with fused Triton kernels vs torch.compile')
 nm_ref = sys.modules["wanscope.kernels.norm_modulate"].reference
 rr_ref = sys.modules["wanscope.kernels.rms_norm_rope"].reference
 del nm_mod, rr_mod

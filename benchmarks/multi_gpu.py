@@ -35,7 +35,8 @@ kernel overlapped (``exposed``: |comm u compute| - |compute| over the step's ker
 definition of ``wanscope analyze``'s ranks section), for the all-to-alls (``SendRecv``/
 ``AllToAll`` kernels) and all communication. A case that fails is recorded with its error
 (last line) and the run goes on. NCCL_NVLS_ENABLE=0 and TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-are set for every case: NVLink multicast is off on the lent machines (device KINDS.md).
+are set for every case: NVLink multicast stays off on the shared machines these runs use, where a
+program using it can take the host's GPUs out of service.
 
 Prints a table (speedup and scaling efficiency over the same implementation on one GPU, ours
 against diffusers on as many GPUs, the goals of issues 10 and 11), writes the JSON (one row per

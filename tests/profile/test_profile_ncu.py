@@ -16,7 +16,7 @@ from wanscope.errors import UsageError
 from wanscope.profile.ncu import capture_attention, kernel_regex
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ncu"
-# kernel names from ncu on the H200 (tests/data/ncu) and DESIGN.md
+# kernel names from ncu on the H200 (tests/data/ncu) and docs/design.md, "Capturing"
 CUDNN = "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0"
 FA2 = (
     "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, 0, 0, bfloat16_t, "

@@ -79,7 +79,7 @@ def test_find_nsys_on_path_env_and_nvidia_folders(fake_nsys, tmp_path, monkeypat
 
 
 def test_the_nsys_inside_nsight_compute_is_searched():
-    """The H200 image has nsys only there (DESIGN.md, "Capturing on the H200")."""
+    """The H200 image has nsys only there (docs/design.md, "Capturing")."""
     assert any(
         fnmatch.fnmatch("/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys", g) for g in nsys.NSYS_GLOBS
     )

@@ -3,7 +3,8 @@
 Definitions (all per (rank, device), over the kernels in scope):
 
 - **Communication kernels**: category ``communication`` (names containing ``nccl``, e.g.
-  ``ncclDevKernel_AllGather_RING_LL`` or ``ncclKernel_SendRecv_*``); every other kernel is
+  ``ncclDevKernel_AllGather_RING_LL`` or ``ncclKernel_SendRecv_*``, or ``symmetric_memory``:
+  torch's symmetric-memory barrier kernel); every other kernel is
   **compute**. Memory operations are neither.
 - ``communication_ns``: the plain sum of communication kernel durations;
   ``communication_busy_ns``: the length of their union (streams merged).

@@ -4,7 +4,7 @@ One row per (kernel, metric): kernel id, kernel name, block, grid, section, metr
 (as ncu's details page prints it) and base metric name where known, unit and value in
 wanscope's base units (see ``units``). A details CSV printed with labels gets its base
 names from ``metric_labels.csv`` (section, label -> name), a table taken from the same
-reports exported both ways by ncu 2024.1.1 (``fixtures/ncu/derived``).
+reports exported both ways by ncu 2024.1.1 (the test fixtures' ``ncu/derived`` reports).
 """
 
 from __future__ import annotations

@@ -176,7 +176,8 @@ def occupancy(a: Arch, launch: Launch) -> Occupancy:
     """Block limits and theoretical occupancy of ``launch`` on an SM of ``a``.
 
     Reproduces ncu's Occupancy section (``launch__occupancy_limit_*``,
-    ``sm__maximum_warps_per_active_cycle_pct``) for every kernel in ``fixtures/ncu``.
+    ``sm__maximum_warps_per_active_cycle_pct``) for every kernel of the test fixtures' ncu reports
+    (``tests/ncu``).
     """
     warps_per_block = math.ceil(launch.block_size / WARP_SIZE)
     if warps_per_block <= 0:
@@ -211,7 +212,7 @@ def shared_mem_curve_limit_bytes(a: Arch, launch: Launch) -> int:
     launchable: the opt-in maximum or the default 48 KB.
 
     The deciding input, the kernel's ``cudaFuncAttributeMaxDynamicSharedMemorySize``, is
-    not in the report. Inferred from the 20 kernels of ``fixtures/ncu``: kernels with
+    not in the report. Inferred from the 20 kernels of the test fixtures' ncu reports: kernels with
     static shared memory or more than 48 KB dynamic get the opt-in maximum, the others
     48 KB. Treat the curve's far end as approximate for other kernels.
     """

@@ -1,6 +1,6 @@
 """Read Nsight Compute output into ``NcuReport``: details CSV, raw CSV, or a .ncu-rep.
 
-Layouts handled (all seen in ``fixtures/ncu``):
+Layouts handled (all seen in the test fixtures' ncu reports, ``tests/ncu``):
 
 - ``--csv --page details``: one row per metric and one per rule result. Since 2023 the
   columns are ID, Process ID, Process Name, Host Name, [NVTX columns with ``--nvtx``],

@@ -4,7 +4,7 @@ ncu prints each metric either in "base" units (``--print-units base``) or auto-s
 reading (the default): ``11.17 usecond``, ``102.40 Kbyte``, ``1.51 cycle/nsecond``,
 ``1.20 Gbyte/second``. Its prefixes are decimal (SI): ``102.40 Kbyte`` is the 102,400-byte
 shared-memory carveout (compare the same report's ``--print-units base`` export in
-``fixtures/ncu/derived``). Recent releases name the base units ``ns``, ``byte/s`` and
+the test fixtures' ``ncu/derived`` reports). Recent releases name the base units ``ns``, ``byte/s`` and
 ``hz``; 2024.1 and older name them ``nsecond``, ``byte/second`` and ``cycle/second``.
 
 wanscope's base units, the names every reader returns:

@@ -36,7 +36,7 @@ def cuda_calls(monkeypatch):
 
 
 def test_child_command_line_parses_back(tmp_path):
-    opts = resolve(False, preset="tiny", warmup=1, profile_steps=2, legacy_step_lookup=True)
+    opts = resolve(0, preset="tiny", warmup=1, profile_steps=2, legacy_step_lookup=True)
     argv = child_argv(opts, tmp_path, "nsys", "--run-info", str(tmp_path / "info.json"))
     assert argv[:4] == [sys.executable, "-m", "wanscope", "profile"]
     p = profile.make_context("profile", argv[4:]).params
@@ -45,7 +45,7 @@ def test_child_command_line_parses_back(tmp_path):
 
 
 def test_nsys_child_brackets_the_profiled_steps(tmp_path, cuda_calls):
-    opts = resolve(False, preset="tiny", warmup=1, profile_steps=2)
+    opts = resolve(0, preset="tiny", warmup=1, profile_steps=2)
     info = tmp_path / "info.json"
     run_child(opts, "nsys", info)
     assert cuda_calls == ["step 0", "sync", "start", "step 1", "step 2", "sync", "stop"]
@@ -55,7 +55,7 @@ def test_nsys_child_brackets_the_profiled_steps(tmp_path, cuda_calls):
 
 
 def test_ncu_child_is_one_step_without_the_vae(cuda_calls):
-    opts = resolve(False, preset="tiny").with_steps(0, 1)
+    opts = resolve(0, preset="tiny").with_steps(0, 1)
     m = driver.run(opts, CudaProfilerWindow(opts.warmup, opts.profile_steps), decode=False, attention_only_in_dit=True)
     assert cuda_calls == ["sync", "start", "step 0", "sync", "stop"]
     assert list(m.stage_wall_ns) == ["text_encoding", "denoising"] and len(m.step_wall_ns) == 1

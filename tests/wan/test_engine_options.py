@@ -89,10 +89,13 @@ def test_the_dit_comes_from_the_checkpoint(two_head_checkpoint):
     assert (opts.dit.num_heads, opts.dit.num_layers, opts.dit.dim) == (2, 2, 64)
     assert (opts.preset, opts.device, opts.dtype, opts.random_weights) == ("wan2.1-t2v-1.3b", "cpu", "fp32", False)
 
+
+def test_profile_checks_the_checkpoints_heads(two_head_checkpoint, monkeypatch):
     from wanscope.profile.options import resolve
 
-    profiled = resolve(False, checkpoint=two_head_checkpoint, preset="wan2.1-t2v-1.3b", size="64x64", frames=5)
-    assert profiled.num_heads == 2  # what the Ulysses setup of its ranks checks
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(UsageError, match=r"^Ulysses degree 4 does not divide the model's 2 attention heads; "):
+        resolve(0, checkpoint=two_head_checkpoint, preset="wan2.1-t2v-1.3b", size="64x64", frames=5, parallel="ulysses")
 
 
 def test_pre_load_checks_use_the_checkpoints_dit(two_head_checkpoint, monkeypatch):
@@ -162,3 +165,17 @@ def test_engine_commands_without_torch_name_the_extra(argv, tmp_path):
     # the help needs no engine
     r = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, argv[0], "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--checkpoint" in r.stdout, r.stderr
+
+
+def test_require_triton(monkeypatch):
+    """--mode fast (and compare-modes) without Triton: a one-line usage error before any model
+    loads, not an ImportError from the kernels (the engine's CPU install has no Triton)."""
+    import importlib.util
+
+    from wanscope.wan.options import require_triton
+
+    require_triton("x")  # installed here: no error
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else found(name, *a))
+    with pytest.raises(UsageError, match=r"^--mode fast runs the fused Triton kernels .*: pip install triton$"):
+        require_triton("--mode fast runs")

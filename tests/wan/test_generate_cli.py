@@ -272,18 +272,3 @@ def test_random_weights_on_a_cpu_default_to_the_tiny_preset(tmp_path):
     assert r.returncode == 0, r.stderr
     info = json.loads(out.with_suffix(".json").read_text())
     assert (info["preset"], info["height"], info["width"], info["frames"]) == ("tiny", 64, 64, 5)
-
-
-def test_require_triton(monkeypatch):
-    """--mode fast (and compare-modes) without Triton: a one-line usage error before any model
-    loads, not an ImportError from the kernels (the engine's CPU install has no Triton)."""
-    import importlib.util
-
-    from wanscope.errors import UsageError
-    from wanscope.wan.options import require_triton
-
-    require_triton("x")  # installed here: no error
-    found = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else found(name, *a))
-    with pytest.raises(UsageError, match=r"^--mode fast runs the fused Triton kernels .*: pip install triton$"):
-        require_triton("--mode fast runs")

@@ -58,7 +58,7 @@ def profile_ranks(opts: ProfileOptions, out_dir: Path, mode: str, timeout_s: flo
             not split (``setup_from_env``).
         ParallelError: ranks started with different options, a rank died, or a wait timed out.
     """
-    with setup_from_env(mode, opts.device, timeout_s, num_heads=opts.num_heads) as ctx:
+    with setup_from_env(mode, opts.device, timeout_s) as ctx:  # heads: checked by resolve_engine
         ctx.agree(**{**asdict(opts), "checkpoint": str(opts.checkpoint)}, out=str(out_dir))
         _, run = profile_here(opts, out_dir, ctx)
         ctx.barrier("writing the rank traces")

@@ -1,9 +1,9 @@
 """What one ``wanscope profile`` run does: the engine's options (``wan/options.py``, as for
 ``generate``) and the profile's own: warm-up and profiled steps, regional compilation.
 
-With CUDA the default is the 1.3B model at 832x480x81 in bf16; without it, the ``tiny`` preset
-in fp32 on the CPU, so ``wanscope profile`` with no argument runs anywhere. The caller says
-whether CUDA is there.
+With CUDA the default is the 1.3B model at 832x480x81 in bf16; without it and without a
+checkpoint, the ``tiny`` preset in fp32 on the CPU, so ``wanscope profile`` with no argument runs
+anywhere. The caller says how many CUDA devices there are.
 """
 
 from __future__ import annotations
@@ -43,8 +43,6 @@ class ProfileOptions:
             for the exact mode.
         legacy_step_lookup: the sampler finds its step index with a device ``.item()``.
         device: ``cuda`` or ``cpu``; dtype: ``bf16`` (CUDA) or ``fp32`` (CPU).
-        num_heads: the DiT's attention heads (the checkpoint's when there is one), for the
-            Ulysses check before any process group starts.
     """
 
     preset: str
@@ -61,7 +59,6 @@ class ProfileOptions:
     legacy_step_lookup: bool
     device: str
     dtype: str
-    num_heads: int
     kernels: str
     cfg_auto: bool
     fast: str | None
@@ -112,7 +109,7 @@ class ProfileOptions:
 
 
 def resolve(
-    cuda: bool,
+    cuda_devices: int,
     *,
     warmup: int = WARMUP_STEPS,
     profile_steps: int = PROFILE_STEPS,
@@ -122,7 +119,8 @@ def resolve(
     """Fill in the defaults and check the options against each other.
 
     Args:
-        cuda: whether a CUDA device is available (picks the default preset, device, dtype).
+        cuda_devices: CUDA devices on this machine (``torch.cuda.device_count()``; picks the
+            default preset, device and dtype).
         warmup, profile_steps, compile: the profile's own options.
         engine: the engine's options (``wan/options.py`` ``resolve_engine``: preset, checkpoint,
             random_weights, size, frames, steps, cfg, attention, kernels, mode, fast,
@@ -134,7 +132,7 @@ def resolve(
             an engine option ``resolve_engine`` refuses.
         InputError: an unusable checkpoint.
     """
-    e = resolve_engine(cuda_devices=int(cuda), prompt=PROMPT, **engine)
+    e = resolve_engine(cuda_devices=cuda_devices, prompt=PROMPT, **engine)
     req = e.request
     if warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {warmup}")
@@ -166,5 +164,4 @@ def resolve(
         kernels=kernels,
         cfg_auto=e.cfg_auto,
         fast=None if e.fast is None else e.fast.spec(),
-        num_heads=e.dit.num_heads,
     )

@@ -102,7 +102,7 @@ def generate(out, save_latents, fast_spec, **engine):
     if opts.parallel is not None:
         from wanscope.parallel import setup_from_env
 
-        ctx = setup_from_env(opts.parallel, device.type, opts.dist_timeout, num_heads=opts.dit.num_heads)
+        ctx = setup_from_env(opts.parallel, device.type, opts.dist_timeout)  # heads: checked by resolve_engine
         device = ctx.device
     main = ctx is None or ctx.is_main
     torch_dtype = DTYPES[opts.dtype]

@@ -137,7 +137,7 @@ def fast_option(always_fast: bool = False):
     return click.option(
         "--fast",
         "fast_spec",
-        default="" if always_fast else None,
+        default=None,
         metavar="SPEC",
         help=("The fast mode's config" if always_fast else "With --mode fast: its config")
         + f" over its defaults, e.g. 'linears=ffn,qkv exact_blocks=0,-1' ({FAST_KEYS}).",

@@ -83,11 +83,16 @@ def compare_modes(prompts, prompts_file, fast_spec, fmt, **engine):
     prompts = list(prompts) + (read_prompts(prompts_file) if prompts_file is not None else [])
     prompts = prompts or [DEFAULT_PROMPT]
     opts = resolve_engine(
-        cuda_devices=torch.cuda.device_count(), prompt=prompts[0], mode="fast", fast=fast_spec, **engine
+        cuda_devices=torch.cuda.device_count(),
+        prompt=prompts[0],
+        mode="fast",
+        fast=fast_spec,
+        compare_modes=True,
+        **engine,
     )
     requests = [replace(opts.request, prompt=p) for p in prompts]
     for req in requests[1:]:
-        req.validate(opts.config.vae.stride, opts.dit.patch_size)
+        req.validate(opts.config.vae.stride, opts.config.dit.patch_size)
     fast, device, preset, dtype = opts.fast, torch.device(opts.device), opts.preset, opts.dtype
     checkpoint, attention = opts.checkpoint, opts.attention
     parts = Components(

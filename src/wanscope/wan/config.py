@@ -31,7 +31,7 @@ ATTENTION_CHOICES = ("auto", "sdpa", "cudnn", "flash", "efficient", "math", "hop
 # contenders in one run, and CFG batching"). Nothing between the two sizes is measured: 8,192 is
 # a round number near their geometric mean (8,755), not a measured crossover.
 CFG_BATCHED_MAX_TOKENS = 8192
-# --kernels of generate: the DiT ops (``wan.dit.Kernels``) and auto (``wan.dit.resolve_kernels``)
+# --kernels of generate and profile: the DiT ops (``wan.dit.Kernels``) and auto (``wan.dit.resolve_kernels``)
 KERNEL_CHOICES = ("auto", "torch", "triton")
 
 

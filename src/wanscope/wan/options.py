@@ -6,7 +6,8 @@ decorators are ``wan/cli_options.py``.
 Names: ``config`` is a model's ``WanConfig`` (``wan/config.py``); ``cfg`` is the classifier-free
 guidance mode (``CFG_MODES``), never the config.
 
-Importing this module does not import torch; resolving does (the attention and fast-mode checks).
+Importing this module does not import torch; resolving does (the request, the attention and
+fast-mode checks).
 """
 
 from __future__ import annotations
@@ -93,22 +94,24 @@ def require_triton(what: str) -> None:
         raise UsageError(f"{what} the fused Triton kernels (their torch references on a CPU): pip install triton")
 
 
-def check_world_size(parallel: str | None) -> None:
-    """Refuse several processes (``torchrun``'s ``WORLD_SIZE``) without a ``--parallel`` mode.
+def check_world_size(parallel: str | None, can_parallel: bool = True) -> None:
+    """Refuse several processes (``torchrun``'s ``WORLD_SIZE``) without a ``--parallel`` mode
+    (``can_parallel``: the command has one).
 
     Raises:
         UsageError: WORLD_SIZE > 1 and no mode.
     """
     if parallel is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise UsageError(
-            f"launched as {os.environ['WORLD_SIZE']} processes without --parallel; "
-            f"give --parallel {'|'.join(PARALLEL_MODES)}"
-        )
+        fix = f"give --parallel {'|'.join(PARALLEL_MODES)}" if can_parallel else "run it as one process"
+        raise UsageError(f"launched as {os.environ['WORLD_SIZE']} processes without --parallel; {fix}")
 
 
-def resolve_fast(mode: str, spec: str | None, kernels: str | None, parallel: str | None) -> FastConfig | None:
+def resolve_fast(
+    mode: str, spec: str | None, kernels: str | None, parallel: str | None, fast_runs: str = "--mode fast runs"
+) -> FastConfig | None:
     """The fast mode's ``FastConfig`` from ``--mode``/``--fast`` (None for ``--mode exact``).
-    Imports torch (through ``wan/precision.py``) only for ``--mode fast``.
+    Imports torch (through ``wan/precision.py``) only for ``--mode fast``. ``fast_runs`` begins
+    the no-Triton message (``require_triton``).
 
     Raises:
         UsageError: an unknown mode, ``--fast`` without ``--mode fast``, a bad spec, no Triton
@@ -124,7 +127,7 @@ def resolve_fast(mode: str, spec: str | None, kernels: str | None, parallel: str
     from wanscope.wan.precision import FastConfig
 
     fast = FastConfig.parse(spec or "")
-    require_triton("--mode fast runs")
+    require_triton(fast_runs)
     if kernels == "torch":
         raise UsageError("--mode fast runs the fused Triton kernels; drop --kernels torch")
     if parallel in ("ulysses", "cfg+ulysses"):
@@ -241,6 +244,7 @@ def resolve_engine(
     checkpoint: Path | None = None,
     random_weights: bool = False,
     weights_required: bool = False,
+    compare_modes: bool = False,
     preset: str | None = None,
     negative_prompt: str | None = None,
     size: str | None = None,
@@ -272,6 +276,8 @@ def resolve_engine(
         cuda_devices: CUDA devices on this machine (``torch.cuda.device_count()``).
         weights_required: the command needs ``--checkpoint`` or ``--random-weights`` (``generate``);
             otherwise no checkpoint means random weights.
+        compare_modes: for ``compare-modes``, which runs both modes and has no ``--parallel``
+            (its messages say so).
         fast: the fast mode's spec over its defaults (``FastConfig.parse``), with ``mode="fast"``.
         Others: as the command-line options; None takes the preset's value.
 
@@ -293,8 +299,8 @@ def resolve_engine(
     ):
         if value not in known:
             raise UsageError(f"unknown {name} {value!r}; known: {', '.join(known)}")
-    fast_config = resolve_fast(mode, fast, kernels, parallel)
-    check_world_size(parallel)
+    fast_config = resolve_fast(mode, fast, kernels, parallel, "both modes run" if compare_modes else "--mode fast runs")
+    check_world_size(parallel, can_parallel=not compare_modes)
     device = parse_device(device, cuda_devices)
     cuda = device.startswith("cuda")
     preset = preset or (CPU_PRESET if checkpoint is None and not cuda else CUDA_PRESET)
@@ -327,7 +333,12 @@ def resolve_engine(
         check_heads(dit.num_heads, ulysses_degree, cfg_degree)
     if cfg_parallel:
         check_cfg_parallel(req.guidance, req.cfg)
-    _check_attention(attention, device, dtype, dit.head_dim)
+    import torch
+
+    from wanscope.wan.attention import check_backend, parse_backend
+    from wanscope.wan.pipeline import DTYPES
+
+    check_backend(parse_backend(attention), torch.device(device), DTYPES[dtype], dit.head_dim)
     return EngineOptions(
         preset=preset,
         checkpoint=checkpoint,
@@ -342,16 +353,3 @@ def resolve_engine(
         parallel=parallel,
         dist_timeout=dist_timeout,
     )
-
-
-def _check_attention(attention: str, device: str, dtype: str, head_dim: int) -> None:
-    """``wan/attention.py`` ``check_backend`` for a backend named explicitly (``auto`` falls back
-    by itself, so it needs no torch import here)."""
-    if attention == "auto":
-        return
-    import torch
-
-    from wanscope.wan.attention import check_backend, parse_backend
-    from wanscope.wan.pipeline import DTYPES
-
-    check_backend(parse_backend(attention), torch.device(device), DTYPES[dtype], head_dim)

@@ -21,6 +21,7 @@ import click
 
 from wanscope.errors import UsageError
 from wanscope.profile import options as defaults
+from wanscope.profile.command import STEP_RULES
 from wanscope.wan import cli_options as opt
 from wanscope.wan.options import RANDOM_NOTE, require_engine
 
@@ -41,7 +42,7 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
     ]
 
 
-@click.command()
+@click.command(context_settings={"allow_interspersed_args": False})
 @opt.preset_option()
 @opt.checkpoint_option()
 @opt.random_weights_option(default_without_checkpoint=True)
@@ -90,10 +91,44 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
     show_default=True,
     help="Folder for the trace, report.json and report.html.",
 )
+@click.option(
+    "--step-rule",
+    type=click.Choice(STEP_RULES),
+    default="auto",
+    show_default=True,
+    help="With a COMMAND: how its steps are found. marker: its wanscope.step() calls or wanscope/step#k "
+    "ranges; diffusers: a diffusers pipeline's denoising steps; optimizer: torch.optim.Optimizer.step "
+    "calls; auto: the first of these to see a step; none: the whole run is one window.",
+)
+@click.option("--memory", is_flag=True, help="With a COMMAND: record PyTorch's memory events too.")
 @click.option("--child", type=click.Choice(["nsys", "ncu"]), hidden=True)
 @click.option("--run-info", type=click.Path(dir_okay=False, path_type=Path), hidden=True)
-def profile(warmup, profile_steps, compile_, fast_spec, nsys, ncu, compare_compile, out_dir, child, run_info, **engine):
-    """Profile Wan2.1 denoising steps and report what limits them.
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def profile(
+    ctx,
+    warmup,
+    profile_steps,
+    compile_,
+    fast_spec,
+    nsys,
+    ncu,
+    compare_compile,
+    out_dir,
+    step_rule,
+    memory,
+    command,
+    child,
+    run_info,
+    **engine,
+):
+    """Profile Wan2.1 denoising steps, or any PyTorch program (COMMAND), and report what limits them.
+
+    With a COMMAND (`wanscope profile [OPTIONS] -- python train.py ...`, `python -m pkg`, or a
+    script whose #! line runs a Python with torch; wanscope need not be installed there): the
+    program runs unmodified, torch.profiler records steps --warmup .. --warmup + --profile-steps - 1
+    as --step-rule finds them, and the same files are written. It runs once per capture, with
+    its side effects.
 
     Runs --warmup denoising steps of the real --steps schedule, profiles the next
     --profile-steps with torch.profiler (CPU and CUDA activities, shapes, stacks), decodes
@@ -102,15 +137,32 @@ def profile(warmup, profile_steps, compile_, fast_spec, nsys, ncu, compare_compi
     argument: the 1.3B model at 832x480x81 on a GPU, the tiny preset on a CPU. With --parallel
     under torchrun: trace-rank{r}.json.gz per rank, one report of all ranks from rank 0.
     """
+    if command:
+        from wanscope.profile.command import ENGINE_ONLY
+
+        given = [f"--{name.rstrip('_').replace('_', '-')}" for name in ENGINE_ONLY if _given(ctx, name)]
+        if nsys or ncu:
+            given.append("--nsys" if nsys else "--ncu")
+        profile_command(list(command), out_dir, warmup, profile_steps, step_rule, memory, given)
+        return
+    extra = [name for name in ("step_rule", "memory") if _given(ctx, name)]
+    if extra:
+        raise UsageError(f"--{extra[0].replace('_', '-')} applies to a COMMAND (wanscope profile [OPTIONS] -- COMMAND)")
     require_engine("profile")
     import torch
 
     from wanscope.profile.options import resolve
 
     cuda = torch.cuda.is_available()
-    parallel, dist_timeout = engine.pop("parallel"), engine.pop("dist_timeout")
+    dist_timeout = engine.pop("dist_timeout")  # the ranks' setup's, not the resolved options'
+    parallel = engine["parallel"]
     opts = resolve(
-        cuda, warmup=warmup, profile_steps=profile_steps, compile=compile_, fast=fast_spec, parallel=parallel, **engine
+        torch.cuda.device_count(),
+        warmup=warmup,
+        profile_steps=profile_steps,
+        compile=compile_,
+        fast=fast_spec,
+        **engine,
     )
     if child:
         run_child(opts, child, run_info)
@@ -232,3 +284,34 @@ def run_child(opts, role: str, run_info: Path | None) -> None:
     m = driver.run(opts, window)
     if run_info is not None:
         run_info.write_text(json.dumps(run_object(opts, "nsys", m)))
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+
+
+def profile_command(argv, out_dir: Path, warmup: int, profile_steps: int, step_rule: str, memory: bool, given) -> None:
+    """``wanscope profile -- COMMAND``: run the program under our bootstrap, then analyze and
+    report its trace; exits with the program's status where it failed."""
+    from wanscope.profile.command import OWN_PROFILER, check_command, exit_status, own_profiler_error, run_command
+    from wanscope.profile.command import run_object as command_run
+    from wanscope.profile.result import build_report, render
+    from wanscope.report.write import prepare_out_dir
+
+    check_command(argv, given, warmup, profile_steps, step_rule)
+    prepare_out_dir(out_dir, ("trace.json.gz", "report.json", "report.html"))
+    result = run_command(argv, out_dir, warmup, profile_steps, step_rule, memory)
+    if any(r.get("error") == OWN_PROFILER for r in result.records):
+        raise own_profiler_error(argv)
+    status = exit_status(result.exit_code)
+    if not result.traces:
+        why = f"it exited with status {status}" if status else "it never imported torch"
+        click.echo(f"wanscope: error: {argv[0]} left no trace to analyze: {why}", err=True)
+        sys.exit(status or 2)
+    if status:
+        click.echo(f"wanscope: {argv[0]} exited with status {status}; analyzing what was captured", err=True)
+    run = command_run(argv, result, warmup, profile_steps, step_rule)
+    report = build_report(result.traces, run, out_dir)
+    render(report, [*result.traces, out_dir / "report.json", out_dir / "report.html"])
+    if status:
+        sys.exit(status)

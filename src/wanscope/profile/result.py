@@ -14,6 +14,8 @@ from rich.table import Table
 
 from wanscope.analysis.summary import analyze
 from wanscope.clitools import console as make_console
+from wanscope.profile.command import command_notes
+from wanscope.profile.command import title as command_title
 from wanscope.profile.host_ops import host_ops
 from wanscope.report.text import render_analysis
 from wanscope.report.units import fmt_ns, fmt_pct
@@ -39,7 +41,10 @@ KERNELS_CPU_NOTE = (
 
 
 def title(run: dict) -> str:
-    """``wanscope profile: <preset> WxHxF, steps a-b of N[, RANDOM WEIGHTS]``."""
+    """``wanscope profile: <preset> WxHxF, steps a-b of N[, RANDOM WEIGHTS]``, or for a COMMAND's
+    run ``wanscope profile: <command>, steps a-b (<rule> rule)``."""
+    if "command" in run:
+        return command_title(run)
     steps = run["profiled_steps"]
     text = (
         f"wanscope profile: {run['preset']} {run['width']}x{run['height']}x{run['frames']}, "
@@ -64,6 +69,8 @@ def cfg_note(run: dict) -> str:
 
 
 def notes(run: dict) -> list[str]:
+    if "command" in run:
+        return command_notes(run) + ([] if run["device"] == "cuda" else [CPU_NOTE])
     out = [run["note"]] if run["note"] else []
     out.append(PROFILER_SYNC_NOTE if run["device"] == "cuda" else CPU_NOTE)
     if run.get("mode") == "fast":
@@ -111,10 +118,11 @@ def render(result: dict, files: list[Path], console: Console | None = None) -> N
         for row in h["ops"]:
             t.add_row(row["name"], f"{row['count']:,}", fmt_ns(row["total_ns"]), fmt_pct(row["pct"]))
         c.print(t)
-    t = Table("stage", "wall time", "peak memory", title="stages")
-    for stage, wall in run["stage_wall_ns"].items():
-        t.add_row(stage, fmt_ns(wall), _bytes(run["peak_memory_bytes"].get(stage)))
-    c.print(t)
+    if "stage_wall_ns" in run:  # our engine's run (a COMMAND's has no stages)
+        t = Table("stage", "wall time", "peak memory", title="stages")
+        for stage, wall in run["stage_wall_ns"].items():
+            t.add_row(stage, fmt_ns(wall), _bytes(run["peak_memory_bytes"].get(stage)))
+        c.print(t)
     c.print(f"[bold]{title(run)}[/bold]")
     if run["note"]:
         c.print(f"[bold yellow]{run['note']}[/bold yellow]")

@@ -1,0 +1,385 @@
+"""Inside a program that ``wanscope profile -- COMMAND`` runs: find the program's steps and run
+torch.profiler around the profiled ones. Imports only the standard library and, once the
+program imports it, torch; the program need not have wanscope installed.
+
+Settings come from ``WANSCOPE_PROFILE`` (JSON): ``out`` (folder for traces and the per-process
+record), ``warmup`` and ``profile_steps`` (steps before the window, steps in it), ``step_rule``
+(``auto``, ``marker``, ``diffusers``, ``optimizer`` or ``none``), ``memory`` (PyTorch's memory
+events), ``top_pid`` (the pid of wanscope itself: its direct child is the program's top process).
+
+Steps, by rule (``auto``: the first rule to see a step claims the run):
+
+- ``marker``: ``wanscope.step()`` begins a step (ending the one open) and ``with wanscope.step():``
+  ends it at the block's end; the program's own ``record_function("wanscope/step#k")`` ranges
+  are steps too.
+- ``diffusers``: a step begins at the first call of a diffusers transformer (or UNet) after the previous
+  step's ``scheduler.step`` returned and ends when this step's ``scheduler.step`` returns (both
+  CFG branches inside).
+- ``optimizer``: a step runs from the end of one ``torch.optim.Optimizer.step`` to the end of
+  the next.
+
+Each step is a ``wanscope/step#k`` range in the trace. torch.profiler runs on a schedule over
+steps ``warmup - 1`` (its own warm-up, not recorded) to ``warmup + profile_steps - 1``, so the rest
+of a long run pays nothing. The top process also records (without shapes or stacks) from the
+import of torch until the first step; where no step comes, that recording is the trace (one
+window). Each process that
+wrote a trace, or found the program's own profiler, writes ``.boot-<pid>.json`` into ``out``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import importlib.abc
+import json
+import os
+import sys
+import time
+
+SETTINGS = json.loads(os.environ.get("WANSCOPE_PROFILE") or "{}")
+STEP_RANGE = "wanscope/step#"
+OWN_PROFILER = "own_profiler"
+
+
+class _State:
+    torch = None
+    rule = None  # the rule that found the steps
+    begun = 0  # steps begun so far; the open one is begun - 1
+    open_range = None  # our record_function of the open step, or "user" for the program's own
+    whole_run = None  # the top process's profiler before the first step
+    window = None  # the profiler over the profiled steps
+    trace_written = None
+    top = False
+    pid = None
+
+
+def _trace_path(name: str) -> str:
+    return os.path.join(SETTINGS["out"], name)
+
+
+def _trace_name() -> str:
+    rank = os.environ.get("RANK")
+    return "trace.json.gz" if rank is None else f"trace-rank{rank}.json.gz"
+
+
+def _profiler(stacks: bool = True, **kw):
+    """torch.profiler with our settings; ``stacks``: shapes and Python stacks too (the whole-run
+    recording goes without: Python's stack tracing would slow a long start-up many times over)."""
+    torch = _State.torch
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    prof = torch.profiler.profile(
+        activities=activities,
+        record_shapes=stacks,
+        with_stack=stacks,
+        profile_memory=bool(SETTINGS.get("memory")),
+        **kw,
+    )
+    prof._wanscope = True  # ours, not the program's (see _refuse_own_profiler)
+    return prof
+
+
+def _export(prof) -> None:
+    """The trace through a temporary name (it must end in .gz for torch to compress it)."""
+    name = _trace_name()
+    tmp = _trace_path(f".partial-{os.getpid()}-{name}")
+    prof.add_metadata_json("wanscope_run", json.dumps({"note": None, "step_rule": _State.rule}))
+    try:
+        prof.export_chrome_trace(tmp)
+        os.replace(tmp, _trace_path(name))
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    _State.trace_written = name
+
+
+def _sync() -> None:
+    torch = _State.torch
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+# --- the window -------------------------------------------------------------------------------
+
+
+def _on_begin(k: int) -> None:
+    """Step ``k`` is about to begin."""
+    warmup, last = SETTINGS["warmup"], SETTINGS["warmup"] + SETTINGS["profile_steps"] - 1
+    if _State.whole_run is not None:  # a step came: the whole-run recording is not needed
+        prof, _State.whole_run = _State.whole_run, None
+        prof.stop()
+    if k == warmup - 1:
+        _sync()
+        schedule = _State.torch.profiler.schedule(wait=0, warmup=1, active=SETTINGS["profile_steps"], repeat=1)
+        _State.window = _profiler(schedule=schedule, on_trace_ready=_export)
+        _State.window.start()
+    elif _State.window is not None and warmup <= k <= last:
+        if k == warmup:
+            _sync()  # still in the profiler's warm-up: not recorded
+        _State.window.step()
+
+
+def _on_end(k: int) -> None:
+    """Step ``k`` has ended."""
+    if _State.window is not None and k == SETTINGS["warmup"] + SETTINGS["profile_steps"] - 1:
+        prof, _State.window = _State.window, None
+        prof.step()  # the last recorded step: on_trace_ready exports
+        prof.stop()
+
+
+# --- steps --------------------------------------------------------------------------------------
+
+
+def _claim(rule: str) -> bool:
+    if SETTINGS["step_rule"] not in ("auto", rule):
+        return False
+    if _State.rule is None:
+        _State.rule = rule
+    return _State.rule == rule
+
+
+def begin_step(rule: str, user_range: bool = False) -> None:
+    """A step of ``rule`` begins (the open one, if any, ends first)."""
+    if not _claim(rule):
+        return
+    if _State.open_range is not None:
+        end_step(rule)
+    k = _State.begun
+    _State.begun += 1
+    _on_begin(k)
+    if user_range:
+        _State.open_range = "user"
+    else:
+        _State.open_range = _State.torch.autograd.profiler.record_function(f"{STEP_RANGE}{k}")
+        _State.open_range.__enter__()
+
+
+def end_step(rule: str) -> None:
+    """The open step of ``rule``, if any, ends."""
+    if not _claim(rule) or _State.open_range is None:
+        return
+    if _State.open_range != "user":
+        _State.open_range.__exit__(None, None, None)
+    _State.open_range = None
+    _on_end(_State.begun - 1)
+
+
+def diffusers_step_begins() -> None:
+    if _State.open_range is None:
+        begin_step("diffusers")
+
+
+# --- hooks --------------------------------------------------------------------------------------
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``callback(module)`` right after the modules it matches finish importing."""
+
+    def __init__(self, match):
+        self.match = match  # name -> callback or None
+
+    def find_spec(self, name, path, target=None):
+        callback = self.match(name)
+        if callback is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _Loader(spec.loader, callback)
+        return spec
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, loader, callback):
+        self.loader, self.callback = loader, callback
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        self.callback(module)
+
+    def __getattr__(self, name):  # get_resource_reader, is_package, get_source, ...
+        return getattr(self.loader, name)
+
+
+def _match(name: str):
+    if name == "torch":
+        return _on_torch
+    if name.startswith("diffusers.schedulers.scheduling_"):
+        return _wrap_schedulers
+    if name.startswith(("diffusers.models.transformers.", "diffusers.models.unets.")):
+        return _wrap_denoisers
+    return None
+
+
+def _classes(module, base_path: str, base_name: str):
+    base = getattr(sys.modules.get(base_path), base_name, None)
+    for value in vars(module).values():
+        if (
+            isinstance(value, type)
+            and base is not None
+            and issubclass(value, base)
+            and value.__module__ == module.__name__
+        ):
+            yield value
+
+
+def _wrap_schedulers(module) -> None:
+    for cls in _classes(module, "diffusers.schedulers.scheduling_utils", "SchedulerMixin"):
+        if "step" in vars(cls):
+            cls.step = _after(cls.step, lambda: end_step("diffusers"))
+
+
+def _wrap_denoisers(module) -> None:
+    # __call__, not forward: the module's own call (a frame in the trace) lies inside the step
+    for cls in _classes(module, "diffusers.models.modeling_utils", "ModelMixin"):
+        if "forward" in vars(cls):
+            cls.__call__ = _before(cls.__call__, diffusers_step_begins)
+
+
+def _after(fn, hook):
+    def wrapped(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        hook()
+        return out
+
+    wrapped.__wrapped__ = fn
+    wrapped.__name__, wrapped.__qualname__, wrapped.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    return wrapped
+
+
+def _before(fn, hook):
+    def wrapped(*args, **kwargs):
+        hook()
+        return fn(*args, **kwargs)
+
+    wrapped.__wrapped__ = fn
+    wrapped.__name__, wrapped.__qualname__, wrapped.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    return wrapped
+
+
+def _refuse_own_profiler(fn):
+    """The program starting a profiler of its own: one process takes one profiler (CUPTI)."""
+
+    def wrapped(self, *args, **kwargs):
+        if not getattr(self, "_wanscope", False):
+            _write_record({"error": OWN_PROFILER})
+            os._exit(2)
+        return fn(self, *args, **kwargs)
+
+    return wrapped
+
+
+def _hook_optimizers(optimizer) -> None:
+    """A step boundary after each ``Optimizer.step`` returns, outside torch's own
+    ``Optimizer.step#...`` range (its step post-hooks run inside it): ``_patch_step_function``
+    wraps each optimizer class's ``step`` once, when its first instance is made, and we wrap that."""
+    patch = getattr(optimizer, "_patch_step_function", None)
+    if patch is None:  # a torch without it: the post-hook, inside torch's range
+        optimizer_module = importlib.import_module("torch.optim.optimizer")
+        optimizer_module.register_optimizer_step_post_hook(lambda *_: begin_step("optimizer"))
+        return
+
+    def patched(self):
+        patch(self)
+        cls = type(self)
+        if not getattr(cls.step, "_wanscope", False):
+            cls.step = _after(cls.step, lambda: begin_step("optimizer"))
+            cls.step.hooked = True  # torch's mark: already wrapped, so it does not wrap ours again
+            cls.step._wanscope = True
+
+    optimizer._patch_step_function = patched
+
+
+def _on_torch(torch) -> None:
+    _State.torch = torch
+    _hook_optimizers(torch.optim.Optimizer)
+    profile = torch.profiler.profile
+    profile.start = _refuse_own_profiler(profile.start)
+    legacy = torch.autograd.profiler.profile
+    legacy.__enter__ = _refuse_own_profiler(legacy.__enter__)
+    record_function = torch.autograd.profiler.record_function
+    enter, exit_ = record_function.__enter__, record_function.__exit__
+
+    # the window opens before the program's step range and closes after it, so both ends are in it
+    def rf_enter(self):
+        if self.name.startswith(STEP_RANGE) and _State.open_range is None:
+            begin_step("marker", user_range=True)
+        return enter(self)
+
+    def rf_exit(self, *exc):
+        out = exit_(self, *exc)
+        if self.name.startswith(STEP_RANGE) and _State.open_range == "user":
+            end_step("marker")
+        return out
+
+    record_function.__enter__, record_function.__exit__ = rf_enter, rf_exit
+    if _State.top:
+        _State.whole_run = _profiler(stacks=False)
+        _State.whole_run.start()
+
+
+def _write_record(extra: dict) -> None:
+    torch = _State.torch
+    cuda = torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized()
+    record = {
+        "pid": os.getpid(),
+        "rank": os.environ.get("RANK"),
+        "top": _State.top,
+        "step_rule": _State.rule,
+        "steps": _State.begun,
+        "trace": _State.trace_written,
+        "python": sys.version.split()[0],
+        "torch": None if torch is None else torch.__version__,
+        "cuda": None if torch is None else torch.version.cuda,
+        "gpu": torch.cuda.get_device_name(torch.cuda.current_device()) if cuda else None,
+        "time_ns": time.time_ns(),
+        **extra,
+    }
+    path = _trace_path(f".boot-{os.getpid()}.json")
+    with open(path + ".partial", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".partial", path)
+
+
+def _at_exit() -> None:
+    """The program ends: a window still open writes what it recorded (torch.profiler's stop
+    hands a recording window to ``_export``); the top process writes its whole-run recording
+    where no step came and no rank wrote a trace."""
+    if _State.torch is None or os.getpid() != _State.pid:  # a forked worker: its parent's state
+        return
+    window, whole_run = _State.window, _State.whole_run
+    _State.window = _State.whole_run = None
+    try:
+        if window is not None:
+            window.stop()
+        if whole_run is not None:
+            whole_run.stop()
+            if not any(n.startswith("trace-rank") for n in os.listdir(SETTINGS["out"])):
+                _export(whole_run)
+    except Exception as e:  # noqa: BLE001 - the program's exit must not fail on our account
+        print(f"wanscope: could not write the trace: {e}", file=sys.stderr)
+    if _State.trace_written or _State.top:
+        _write_record({})
+
+
+def install() -> None:
+    """Hook the imports of torch and diffusers (the program has imported neither yet), in the
+    processes that are profiled: the top one and, under torchrun, each rank (not the launcher's
+    other children, such as DataLoader workers)."""
+    _State.top = os.getppid() == SETTINGS.get("top_pid")
+    if not (_State.top or "RANK" in os.environ):
+        return
+    _State.pid = os.getpid()
+    sys.meta_path.insert(0, _AfterImport(_match))
+    atexit.register(_at_exit)

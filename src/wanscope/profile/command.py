@@ -1,0 +1,234 @@
+"""``wanscope profile -- COMMAND``: profile anyone's PyTorch program, with no change to its code.
+
+The program runs unmodified in a child process with its stdin, stdout, stderr, argv, cwd and
+environment, but for two variables of ours: ``WANSCOPE_PROFILE`` (the settings) and our
+bootstrap folder first on ``PYTHONPATH`` (``bootstrap/sitecustomize.py``, which chains to any
+``sitecustomize`` it shadows, and ``bootstrap/_wanscope_boot.py``, which finds the steps and runs
+torch.profiler around the profiled ones). The bootstrap imports only the standard library and
+torch, so the program's Python needs torch, not wanscope. This process needs no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from wanscope.errors import InputError, UsageError
+
+BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
+STEP_RULES = ("auto", "marker", "diffusers", "optimizer", "none")
+AUTO_ORDER = ("marker", "diffusers", "optimizer")
+OWN_PROFILER = "own_profiler"  # _wanscope_boot.OWN_PROFILER
+# Options of the engine run that mean nothing for someone else's program.
+ENGINE_ONLY = (
+    "preset",
+    "checkpoint",
+    "random_weights",
+    "size",
+    "frames",
+    "steps",
+    "compile_",
+    "compare_compile",
+    "parallel",
+    "mode",
+    "fast_spec",
+    "legacy_step_lookup",
+    "cfg",
+    "attention",
+    "kernels",
+    "dist_timeout",
+    "child",
+    "run_info",
+)
+
+
+@dataclass(frozen=True)
+class CommandRun:
+    """What the child process left: its exit status and each profiled process's record
+    (``_wanscope_boot._write_record``: pid, rank, top, step_rule, steps, trace, versions, gpu)."""
+
+    exit_code: int
+    records: list[dict]
+    traces: list[Path]
+
+
+def _python_program(argv: list[str]) -> str | None:
+    """Why ``argv`` is not a Python program we can profile (None: it is): a Python interpreter
+    running a script, ``-m`` or ``-c``, or a script whose ``#!`` line runs Python."""
+    exe = shutil.which(argv[0])
+    if exe is None:
+        return "no such command" if os.sep not in argv[0] else "no such file, or not executable"
+    name = os.path.basename(exe)
+    if name.startswith("python"):
+        rest = [a for a in argv[1:] if not a.startswith("-") or a in ("-m", "-c")]
+        if rest and rest[0] not in ("-m", "-c") and not Path(rest[0]).is_file():
+            return f"{rest[0]}: no such script"
+        return None
+    try:
+        with open(exe, "rb") as f:
+            first = f.readline(256)
+    except OSError as e:
+        return f"cannot read it ({e.strerror or e})"
+    if first.startswith(b"#!") and b"python" in first:
+        return None
+    return "not a Python program (a Python interpreter with its script, or a script whose #! line runs Python)"
+
+
+def check_command(argv: list[str], given: list[str], warmup: int, profile_steps: int, step_rule: str) -> None:
+    """Refuse, before anything runs, a command we cannot profile or options that do not apply.
+
+    Args:
+        given: the engine-only options given on the command line (their ``--`` names).
+
+    Raises:
+        UsageError: engine-only options with a command, a step count below 1 (``--warmup`` must be
+            >= 1: a program's first step has no start to find), or an unknown step rule.
+        InputError: the command is not found or is not a Python program.
+    """
+    if given:
+        raise UsageError(f"{', '.join(given)}: an option of our engine's run, not of a COMMAND's; drop it")
+    if step_rule not in STEP_RULES:
+        raise UsageError(f"unknown step rule {step_rule!r}; known: {', '.join(STEP_RULES)}")
+    if step_rule != "none" and warmup < 1:
+        raise UsageError("--warmup must be >= 1 with a COMMAND: the program's first step has no start to find")
+    if profile_steps < 1:
+        raise UsageError(f"--profile-steps must be >= 1, got {profile_steps}")
+    why = _python_program(argv)
+    if why is not None:
+        raise InputError(Path(argv[0]), why)
+
+
+def child_env(out_dir: Path, warmup: int, profile_steps: int, step_rule: str, memory: bool) -> dict[str, str]:
+    """The program's environment: ours plus the two variables of the bootstrap."""
+    env = dict(os.environ)
+    settings = {
+        "out": str(out_dir.resolve()),
+        "warmup": warmup,
+        "profile_steps": profile_steps,
+        "step_rule": step_rule,
+        "memory": memory,
+        "top_pid": os.getpid(),
+    }
+    env["WANSCOPE_PROFILE"] = json.dumps(settings)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOTSTRAP), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _records(out_dir: Path) -> list[dict]:
+    """The per-process records the bootstrap left, removed once read."""
+    records = []
+    for path in sorted(out_dir.glob(".boot-*.json")):
+        try:
+            records.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            pass
+        path.unlink(missing_ok=True)
+    return records
+
+
+def _remove_partials(out_dir: Path) -> None:
+    for path in out_dir.glob(".partial-*"):
+        path.unlink(missing_ok=True)
+    for path in out_dir.glob(".boot-*.json*"):
+        path.unlink(missing_ok=True)
+
+
+def run_command(argv: list[str], out_dir: Path, warmup: int, profile_steps: int, step_rule: str, memory: bool):
+    """Run the program under the bootstrap; returns a ``CommandRun``.
+
+    A Ctrl-C reaches the program too (same process group): we wait for it to end, remove what is
+    half-written, and raise KeyboardInterrupt.
+    """
+    env = child_env(out_dir, warmup, profile_steps, step_rule, memory)
+    for stale in [out_dir / "trace.json.gz", *out_dir.glob("trace-rank*.json.gz")]:
+        stale.unlink(missing_ok=True)  # a trace of an earlier run is not this run's
+    proc = subprocess.Popen(argv, env=env)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        proc.wait()
+        _remove_partials(out_dir)
+        raise
+    records = _records(out_dir)
+    _remove_partials(out_dir)
+    traces = sorted(out_dir.glob("trace-rank*.json.gz")) or [p for p in [out_dir / "trace.json.gz"] if p.exists()]
+    return CommandRun(exit_code=code, records=records, traces=traces)
+
+
+def run_object(argv: list[str], result: CommandRun, warmup: int, profile_steps: int, step_rule: str) -> dict:
+    """The report's ``run`` object for a command (``docs/json.md``, "profile JSON")."""
+    profiled = [r for r in result.records if r.get("trace")] or result.records
+    first = profiled[0] if profiled else {}
+    found = first.get("step_rule")
+    return {
+        "command": argv,
+        "cwd": os.getcwd(),
+        "step_rule": found or "none",
+        "step_rule_asked": step_rule,
+        "rules_tried": list(AUTO_ORDER) if step_rule == "auto" else [step_rule],
+        "exit_code": result.exit_code,
+        "capture": "torch.profiler",
+        "warmup_steps": warmup if found else 0,
+        "profiled_steps": list(range(warmup, warmup + profile_steps)) if found else [],
+        "steps_seen": first.get("steps", 0),
+        "python": first.get("python"),
+        "torch": first.get("torch"),
+        "cuda": first.get("cuda"),
+        "gpu": first.get("gpu"),
+        "device": "cuda" if first.get("gpu") else "cpu",
+        "note": None,
+        "random_weights": False,
+    }
+
+
+def command_notes(run: dict) -> list[str]:
+    """What the report says of a command's run: which rule found the steps, or that none did."""
+    out = []
+    if run["step_rule"] == "none":
+        if run["step_rule_asked"] == "none":
+            out.append("--step-rule none: the whole run, from the import of torch to the end, is one window.")
+        else:
+            out.append(
+                f"No step found by the rules tried ({', '.join(run['rules_tried'])}): the whole run, from the "
+                "import of torch to the end, is one window."
+            )
+    else:
+        how = {
+            "marker": "the program's wanscope.step() markers or wanscope/step#k ranges",
+            "diffusers": "diffusers' denoising steps (first transformer call to the end of scheduler.step)",
+            "optimizer": "torch.optim.Optimizer.step calls",
+        }[run["step_rule"]]
+        out.append(f"Steps found by the {run['step_rule']} rule: {how}.")
+        seen = run["steps_seen"]
+        if seen < run["profiled_steps"][-1] + 1:
+            out.append(f"The program ran {seen} steps, fewer than the window's last ({run['profiled_steps'][-1]}).")
+    if run["exit_code"] != 0:
+        out.append(f"The program exited with status {run['exit_code']}; the trace holds what was captured by then.")
+    return out
+
+
+def title(run: dict) -> str:
+    text = " ".join(run["command"])
+    if len(text) > 80:
+        text = text[:77] + "..."
+    steps = run["profiled_steps"]
+    where = f"steps {steps[0]}-{steps[-1]} ({run['step_rule']} rule)" if steps else "the whole run"
+    return f"wanscope profile: {text}, {where}"
+
+
+def own_profiler_error(argv: list[str]) -> UsageError:
+    return UsageError(
+        f"{argv[0]} starts torch.profiler itself, and a process takes one profiler: run it without "
+        "wanscope and `wanscope analyze` the trace it writes"
+    )
+
+
+def exit_status(code: int) -> int:
+    """Our exit status for the child's: its code, or 128 + the signal that ended it."""
+    return 128 - code if code < 0 else code

@@ -1,0 +1,284 @@
+"""``wanscope profile -- COMMAND`` on programs the tests write as users write them, none of which
+imports wanscope, run where wanscope cannot be imported (a ``sitecustomize`` of the test's hides
+it, and our bootstrap must chain to it): a training loop's optimizer steps, diffusers' WanPipeline
+denoising steps (tiny random config) with the syncs it makes, ``wanscope.step()`` markers, a
+program with no steps, and the refusals and failures."""
+
+from __future__ import annotations
+
+import gzip
+import inspect
+import json
+import linecache
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+# The user's own sitecustomize: it must still run under ours, and it hides wanscope from the
+# profiled program (only there: WANSCOPE_PROFILE is set in the program's environment alone).
+USER_SITECUSTOMIZE = """
+import os, sys
+if "WANSCOPE_PROFILE" in os.environ:
+    sys.modules["wanscope"] = None
+    os.environ["USER_SITECUSTOMIZE_RAN"] = "1"
+"""
+
+TRAIN = """
+import importlib.util, os, sys
+import torch
+
+assert importlib.util.find_spec("wanscope") is None, "wanscope is importable here"
+print("argv", sys.argv[1:], "cwd", os.getcwd(), "chained", os.environ.get("USER_SITECUSTOMIZE_RAN"))
+model = torch.nn.Linear(16, 16)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for i in range(6):
+    loss = model(torch.randn(8, 16)).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+sys.exit(int(os.environ.get("EXIT_CODE", "0")))
+"""
+
+WAN_PIPELINE = """
+import torch
+from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+
+torch.manual_seed(0)
+transformer = WanTransformer3DModel(
+    patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=16, out_channels=16,
+    text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+)
+vae = AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                       temperal_downsample=[False, True, True])
+scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0)
+pipe = WanPipeline(tokenizer=None, text_encoder=None, transformer=transformer, vae=vae, scheduler=scheduler)
+
+
+def on_step_end(pipe, i, t, kwargs):
+    kwargs["latents"].abs().max().item()  # SYNC: one host-device sync per step
+    return kwargs
+
+
+pipe(prompt_embeds=torch.randn(1, 16, 32), negative_prompt_embeds=torch.randn(1, 16, 32), height=32, width=32,
+     num_frames=5, num_inference_steps=6, guidance_scale=5.0, output_type="latent", callback_on_step_end=on_step_end)
+"""
+
+
+def profile(tmp_path, program: str, *args, env=None, hide=True):
+    """``wanscope profile --out OUT ARGS -- python prog.py --flag x`` in ``tmp_path``."""
+    script = tmp_path / "prog.py"
+    script.write_text(program)
+    site = tmp_path / "usersite"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(USER_SITECUSTOMIZE)
+    environ = dict(os.environ, **(env or {}))
+    if hide:
+        environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), environ.get("PYTHONPATH")) if p)
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "wanscope", "profile", "--out", str(out), *args]
+    argv += ["--", sys.executable, str(script), "--flag", "x"]
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=environ)
+    return r, out, script
+
+
+def report(out: Path) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+def ranges(out: Path, trace="trace.json.gz") -> list[dict]:
+    with gzip.open(out / trace) as f:
+        events = json.load(f)["traceEvents"]
+    return [e for e in events if e.get("ph") == "X"]
+
+
+def inside(e, step) -> bool:
+    return step["ts"] <= e["ts"] and e["ts"] + e["dur"] <= step["ts"] + step["dur"]
+
+
+def test_training_loop_steps_are_its_optimizer_steps(tmp_path):
+    r, out, script = profile(tmp_path, TRAIN)
+    assert r.returncode == 0, r.stderr
+    # the program's own argv, cwd and stdout; the user's sitecustomize ran under ours
+    assert f"argv ['--flag', 'x'] cwd {tmp_path} chained 1" in r.stdout
+    doc = report(out)
+    run = doc["run"]
+    assert run["command"] == [sys.executable, str(script), "--flag", "x"] and run["cwd"] == str(tmp_path)
+    assert (run["step_rule"], run["step_rule_asked"], run["exit_code"]) == ("optimizer", "auto", 0)
+    assert (run["profiled_steps"], run["steps_seen"], run["torch"]) == ([1, 2, 3], 6, torch.__version__)
+    assert run["python"] == sys.version.split()[0]
+    assert [s["step"] for s in doc["steps"]] == [1, 2, 3]
+    assert "Steps found by the optimizer rule: torch.optim.Optimizer.step calls." in doc["notes"]
+    events = ranges(out)
+    steps = sorted((e for e in events if e["name"].startswith("wanscope/step#")), key=lambda e: e["ts"])
+    assert [s["name"] for s in steps] == ["wanscope/step#1", "wanscope/step#2", "wanscope/step#3"]
+    # each step holds one optimizer step, whole: torch's Optimizer.step range ends inside it
+    for step in steps:
+        assert sum(inside(e, step) for e in events if e["name"] == "Optimizer.step#SGD.step") == 1
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "trace.json.gz"]
+
+
+def test_a_failing_program_is_analyzed_and_its_status_kept(tmp_path):
+    r, out, _ = profile(tmp_path, TRAIN, env={"EXIT_CODE": "3"})
+    assert r.returncode == 3
+    assert f"wanscope: {sys.executable} exited with status 3; analyzing what was captured\n" in r.stderr
+    doc = report(out)
+    assert doc["run"]["exit_code"] == 3
+    assert "The program exited with status 3; the trace holds what was captured by then." in doc["notes"]
+
+
+def test_diffusers_steps_are_the_schedulers_with_both_cfg_branches(tmp_path):
+    pytest.importorskip("diffusers")
+    r, out, script = profile(tmp_path, WAN_PIPELINE, "--profile-steps", "2")
+    assert r.returncode == 0, r.stderr
+    doc = report(out)
+    assert (doc["run"]["step_rule"], doc["run"]["profiled_steps"]) == ("diffusers", [1, 2])
+    events = ranges(out)
+    steps = sorted((e for e in events if e["name"].startswith("wanscope/step#")), key=lambda e: e["ts"])
+    assert [s["name"] for s in steps] == ["wanscope/step#1", "wanscope/step#2"]
+    for step in steps:  # cond and uncond: two transformer calls, then the scheduler's step
+        calls = [e for e in events if e["name"].startswith("nn.Module: WanTransformer3DModel") and inside(e, step)]
+        assert len(calls) == 2
+        assert any(
+            e["name"].endswith("): step") and "scheduling_unipc" in e["name"] and inside(e, step) for e in events
+        )
+    # The syncs: the script's, in on_step_end (a frame is named by its function's first line,
+    # or by the line running when the profiler started), and those diffusers makes itself.
+    import diffusers
+
+    frames = {s["frame"] for s in doc["syncs"]}
+    ours = {f for f in frames if not f.startswith("diffusers/")}
+    assert ours == {f"{script.name}({def_line(script.read_text().splitlines(), 'on_step_end')}): on_step_end"}
+    root = Path(diffusers.__file__).parent.parent
+    for frame in frames - ours:
+        path, _, rest = frame.partition("(")
+        line, name = int(rest.split(")")[0]), rest.split(": ", 1)[1]
+        lines = linecache.getlines(str(root / path))
+        start = def_line(lines[:line], name)  # the function that holds the line
+        assert start <= line < start + len(inspect.getblock(lines[start - 1 :])), frame
+
+
+def def_line(lines: list[str], name: str) -> int:
+    """The 1-based line of the last ``def name(`` in ``lines``."""
+    return max(i for i, text in enumerate(lines, 1) if text.lstrip().startswith(f"def {name}("))
+
+
+MARKERS = """
+import torch
+import wanscope
+
+x = torch.randn(64, 64)
+for i in range(5):
+    with wanscope.step():
+        y = x @ x
+    z = x + 1  # between steps: outside them
+"""
+
+
+def test_marker_steps(tmp_path):
+    r, out, _ = profile(tmp_path, MARKERS, hide=False)
+    assert r.returncode == 0, r.stderr
+    doc = report(out)
+    assert (doc["run"]["step_rule"], [s["step"] for s in doc["steps"]]) == ("marker", [1, 2, 3])
+    events = ranges(out)
+    steps = [e for e in events if e["name"].startswith("wanscope/step#")]
+    for step in steps:
+        assert [e["name"] for e in events if inside(e, step) and e["name"] in ("aten::matmul", "aten::add")] == [
+            "aten::matmul"
+        ]
+
+
+RECORD_FUNCTION = """
+import torch
+from torch.autograd.profiler import record_function
+
+x = torch.randn(64, 64)
+for i in range(5):
+    with record_function(f"wanscope/step#{i}"):
+        y = x @ x
+"""
+
+
+def test_the_programs_own_step_ranges_are_markers(tmp_path):
+    r, out, _ = profile(tmp_path, RECORD_FUNCTION)
+    assert r.returncode == 0, r.stderr
+    doc = report(out)
+    assert (doc["run"]["step_rule"], [s["step"] for s in doc["steps"]]) == ("marker", [1, 2, 3])
+
+
+NO_STEPS = """
+import torch
+
+x = torch.randn(32, 32)
+for i in range(3):
+    x = x @ x / 32
+"""
+
+
+def test_a_program_without_steps_is_one_window(tmp_path):
+    r, out, _ = profile(tmp_path, NO_STEPS)
+    assert r.returncode == 0, r.stderr
+    doc = report(out)
+    assert (doc["run"]["step_rule"], doc["run"]["profiled_steps"], doc["steps"]) == ("none", [], [])
+    assert (
+        "No step found by the rules tried (marker, diffusers, optimizer): the whole run, from the import "
+        "of torch to the end, is one window." in doc["notes"]
+    )
+    assert sum(e["name"] == "aten::mm" for e in ranges(out)) == 3
+
+
+OWN_PROFILER = """
+import torch
+
+with torch.profiler.profile() as prof:
+    torch.randn(4, 4) @ torch.randn(4, 4)
+"""
+
+
+@pytest.mark.parametrize(
+    "args, command, message",
+    [
+        ([], ["no-such-program-xyz"], "no-such-program-xyz: no such command"),
+        ([], ["/bin/ls"], "/bin/ls: not a Python program"),
+        ([], [sys.executable, "missing.py"], f"{sys.executable}: missing.py: no such script"),
+        (["--preset", "tiny"], None, "--preset: an option of our engine's run, not of a COMMAND's; drop it"),
+        (["--compile"], None, "--compile: an option of our engine's run"),
+        (["--warmup", "0"], None, "--warmup must be >= 1 with a COMMAND"),
+        (["--nsys"], None, "--nsys: an option of our engine's run"),
+    ],
+)
+def test_refusals_before_anything_runs(tmp_path, args, command, message):
+    argv = [sys.executable, "-m", "wanscope", "profile", "--out", str(tmp_path / "out"), *args, "--"]
+    argv += command or [sys.executable, "-c", "import sys; open('ran', 'w')"]
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith(f"wanscope: error: {message}") and r.stderr.count("\n") == 1, (
+        r.stderr
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_program_with_its_own_profiler_is_refused(tmp_path):
+    r, out, _ = profile(tmp_path, OWN_PROFILER)
+    assert r.returncode == 2
+    assert r.stderr.endswith(
+        "starts torch.profiler itself, and a process takes one profiler: run it without wanscope and "
+        "`wanscope analyze` the trace it writes\n"
+    )
+    assert not (out / "report.json").exists()
+
+
+def test_step_rule_without_a_command_is_refused(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "wanscope", "profile", "--step-rule", "optimizer"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert (r.returncode, r.stderr) == (
+        2,
+        "wanscope: error: --step-rule applies to a COMMAND (wanscope profile [OPTIONS] -- COMMAND)\n",
+    )

@@ -109,8 +109,8 @@ def test_training_loop_steps_are_its_optimizer_steps(tmp_path):
     run = doc["run"]
     assert run["command"] == [sys.executable, str(script), "--flag", "x"] and run["cwd"] == str(tmp_path)
     assert (run["step_rule"], run["step_rule_asked"], run["exit_code"]) == ("optimizer", "auto", 0)
-    assert (run["profiled_steps"], run["steps_seen"], run["torch"]) == ([1, 2, 3], 6, torch.__version__)
-    assert run["python"] == sys.version.split()[0]
+    assert (run["profiled_steps"], run["steps_seen"], run["gpu"], run["device"]) == ([1, 2, 3], 6, None, "cpu")
+    assert run["versions"] == {"python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda}
     assert [s["step"] for s in doc["steps"]] == [1, 2, 3]
     assert "Steps found by the optimizer rule: torch.optim.Optimizer.step calls." in doc["notes"]
     events = ranges(out)
@@ -282,3 +282,66 @@ def test_step_rule_without_a_command_is_refused(tmp_path):
         2,
         "wanscope: error: --step-rule applies to a COMMAND (wanscope profile [OPTIONS] -- COMMAND)\n",
     )
+
+
+DDP = """
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 16))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for i in range(5):
+    model(torch.randn(8, 16)).square().mean().backward()
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+"""
+
+
+def test_torchrun_ranks_each_write_a_trace(tmp_path):
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP)
+    out = tmp_path / "out"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    r = subprocess.run(
+        [sys.executable, "-m", "wanscope", "profile", "--out", str(out), "--", *torchrun, str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = report(out)
+    assert [s["rank"] for s in doc["sources"]] == [0, 1] and doc["run"]["step_rule"] == "optimizer"
+    assert sorted({(s["rank"], s["step"]) for s in doc["steps"]}) == [(r, s) for r in (0, 1) for s in (1, 2, 3)]
+    assert "ranks" in doc
+    assert sorted(p.name for p in out.iterdir()) == [
+        "report.html",
+        "report.json",
+        "trace-rank0.json.gz",
+        "trace-rank1.json.gz",
+    ]
+
+
+def test_wanscope_step_outside_profile_is_a_range_of_any_trace(tmp_path):
+    """The marker API with the program's own torch.profiler: its steps are wanscope/step#k."""
+    import wanscope
+
+    x = torch.randn(16, 16)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            with wanscope.step():
+                x @ x
+        wanscope.step()
+        x + x
+    from wanscope.profile.marker import _end_range
+
+    _end_range()
+    names = [e.name for e in prof.events() if e.name.startswith("wanscope/step#")]
+    assert names[:3] == ["wanscope/step#0", "wanscope/step#1", "wanscope/step#2"] and len(names) == 4
+
+
+def test_import_wanscope_loads_neither_torch_nor_duckdb():
+    code = "import sys, wanscope; wanscope.step; print(sorted(m for m in ('torch', 'duckdb') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (r.returncode, r.stdout) == (0, "[]\n"), r.stderr

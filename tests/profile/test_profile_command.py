@@ -248,7 +248,7 @@ with torch.profiler.profile() as prof:
         (["--preset", "tiny"], None, "--preset: an option of our engine's run, not of a COMMAND's; drop it"),
         (["--compile"], None, "--compile: an option of our engine's run"),
         (["--warmup", "0"], None, "--warmup must be >= 1 with a COMMAND"),
-        (["--nsys"], None, "--nsys: an option of our engine's run"),
+        (["--ncu", "attn("], None, "--ncu 'attn(': not a regular expression (missing ), unterminated subpattern"),
     ],
 )
 def test_refusals_before_anything_runs(tmp_path, args, command, message):
@@ -345,3 +345,16 @@ def test_import_wanscope_loads_neither_torch_nor_duckdb():
     code = "import sys, wanscope; wanscope.step; print(sorted(m for m in ('torch', 'duckdb') if m in sys.modules))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert (r.returncode, r.stdout) == (0, "[]\n"), r.stderr
+
+
+@pytest.mark.parametrize(
+    "tool, message", [("--nsys", "nsys (Nsight Systems) not found"), ("--ncu=attn", "ncu (Nsight Compute) not found")]
+)
+def test_a_missing_nsight_tool_is_one_line_before_anything_runs(tmp_path, tool, message):
+    env = {k: v for k, v in os.environ.items() if k not in ("NSYS", "NCU")}
+    env["PATH"] = os.path.dirname(sys.executable)  # no Nsight tool on it
+    argv = [sys.executable, "-m", "wanscope", "profile", "--out", "out", tool, "--"]
+    argv += [sys.executable, "-c", "open('ran', 'w')"]
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert r.returncode == 2 and r.stderr.startswith(f"wanscope: error: {message}") and r.stderr.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []

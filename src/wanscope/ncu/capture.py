@@ -73,9 +73,16 @@ def ncu_command(
     kernel_regex: str | None = None,
     launch_skip: int = 0,
     launch_count: int = 1,
+    from_profiler_start: bool = False,
 ) -> list[str]:
-    """The ncu argument list that profiles ``command`` into ``output`` (.ncu-rep added by ncu)."""
+    """The ncu argument list that profiles ``command`` into ``output`` (.ncu-rep added by ncu).
+
+    ``from_profiler_start``: profile only after the program's ``cudaProfilerStart``
+    (``--profile-from-start off``), and match ``kernel_regex`` against demangled names.
+    """
     args = [ncu, "--clock-control", "none", "--target-processes", "all"]
+    if from_profiler_start:
+        args += ["--profile-from-start", "off", "--kernel-name-base", "demangled"]
     if kernel_regex:
         args += ["--kernel-name", f"regex:{kernel_regex}"]
     args += ["--launch-skip", str(launch_skip), "--launch-count", str(launch_count)]
@@ -85,14 +92,16 @@ def ncu_command(
     return args + list(command)
 
 
-def run_ncu(args: list[str], log=None) -> str:
+def run_ncu(args: list[str], log=None, env: dict[str, str] | None = None) -> str:
     """Run ncu, echoing its output to ``log`` (default: standard error); the output as text.
 
     Raises:
         CaptureError: no counter access, or ncu failed.
     """
     try:
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env
+        )
     except OSError as e:
         raise CaptureError(f"cannot run {args[0]}: {e.strerror or e}") from None
     log = log or sys.stderr
@@ -136,12 +145,15 @@ def capture(
     launch_count: int = 1,
     ncu: str | None = None,
     log=None,
+    from_profiler_start: bool = False,
+    env: dict[str, str] | None = None,
 ) -> Capture:
-    """Profile ``command`` with ncu and export the CSVs; the files written."""
+    """Profile ``command`` with ncu (in ``env``, default ours) and export the CSVs; the files
+    written. ``from_profiler_start``: see ``ncu_command``."""
     exe = find_ncu(ncu)
     output = Path(str(output).removesuffix(".ncu-rep"))
     output.parent.mkdir(parents=True, exist_ok=True)
-    run_ncu(ncu_command(exe, command, output, kernel_regex, launch_skip, launch_count), log=log)
+    run_ncu(ncu_command(exe, command, output, kernel_regex, launch_skip, launch_count, from_profiler_start), log, env)
     report = Path(f"{output}.ncu-rep")
     if not report.exists():
         raise CaptureError(f"ncu wrote no report at {report}")

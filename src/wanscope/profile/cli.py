@@ -70,11 +70,17 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
 @opt.mode_option()
 @opt.fast_option()
 @opt.legacy_step_lookup_option()
-@click.option("--nsys", is_flag=True, help="Capture with Nsight Systems instead of torch.profiler (needs CUDA).")
+@click.option(
+    "--nsys",
+    is_flag=True,
+    help="Capture with Nsight Systems instead of torch.profiler (needs CUDA; a COMMAND runs again under it).",
+)
 @click.option(
     "--ncu",
-    type=click.Choice(["attention"]),
-    help="Also run Nsight Compute on the self-attention kernel of the backend and diagnose it.",
+    metavar="attention|REGEX",
+    help="Also run Nsight Compute and diagnose the kernel: our engine's self-attention kernel (attention), "
+    "or with a COMMAND, run again, the first launch in the profiled steps of a kernel whose demangled name "
+    "matches REGEX.",
 )
 @click.option(
     "--compare-compile",
@@ -141,13 +147,13 @@ def profile(
         from wanscope.profile.command import ENGINE_ONLY
 
         given = [f"--{name.rstrip('_').replace('_', '-')}" for name in ENGINE_ONLY if _given(ctx, name)]
-        if nsys or ncu:
-            given.append("--nsys" if nsys else "--ncu")
-        profile_command(list(command), out_dir, warmup, profile_steps, step_rule, memory, given)
+        profile_command(list(command), out_dir, warmup, profile_steps, step_rule, memory, given, nsys, ncu)
         return
     extra = [name for name in ("step_rule", "memory") if _given(ctx, name)]
     if extra:
         raise UsageError(f"--{extra[0].replace('_', '-')} applies to a COMMAND (wanscope profile [OPTIONS] -- COMMAND)")
+    if ncu is not None and ncu != "attention":
+        raise UsageError(f"--ncu {ncu!r}: our engine's run takes --ncu attention; a kernel regex goes with a COMMAND")
     require_engine("profile")
     import torch
 
@@ -251,13 +257,18 @@ def _capture_nsys(opts, nsys_exe: str, out_dir: Path) -> tuple[list[Path], dict]
 
 def _capture_ncu(opts, out_dir: Path, result: dict) -> None:
     """Capture and diagnose the attention kernel; add it to report.json as ``ncu``."""
-    from wanscope.clitools import dumps_json
-    from wanscope.ncu.cli import emit
     from wanscope.profile.ncu import capture_attention
-    from wanscope.report.write import write_atomic
 
     child = child_argv(opts.with_steps(0, 1), out_dir, "ncu")
-    files, diagnoses = capture_attention(child, opts.attention, out_dir)
+    _add_ncu(result, out_dir, *capture_attention(child, opts.attention, out_dir))
+
+
+def _add_ncu(result: dict, out_dir: Path, files, diagnoses) -> None:
+    """An ncu capture's diagnoses into report.json as ``ncu``, and on the terminal."""
+    from wanscope.clitools import dumps_json
+    from wanscope.ncu.cli import emit
+    from wanscope.report.write import write_atomic
+
     result["ncu"] = {
         "report": str(files.report),
         "details_csv": str(files.details_csv),
@@ -290,28 +301,46 @@ def _given(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
 
 
-def profile_command(argv, out_dir: Path, warmup: int, profile_steps: int, step_rule: str, memory: bool, given) -> None:
-    """``wanscope profile -- COMMAND``: run the program under our bootstrap, then analyze and
-    report its trace; exits with the program's status where it failed."""
-    from wanscope.profile.command import OWN_PROFILER, check_command, exit_status, own_profiler_error, run_command
-    from wanscope.profile.command import run_object as command_run
+def profile_command(
+    argv, out_dir: Path, warmup: int, profile_steps: int, step_rule: str, memory: bool, given, nsys: bool, ncu
+) -> None:
+    """``wanscope profile -- COMMAND``: run the program under our bootstrap (under Nsight Systems
+    with ``nsys``), then analyze and report its trace; with ``ncu`` (a kernel regex), run it again
+    under Nsight Compute and add the kernel's diagnosis. Exits with the program's status where it
+    failed."""
+    from wanscope.profile import command as cmd
     from wanscope.profile.result import build_report, render
     from wanscope.report.write import prepare_out_dir
 
-    check_command(argv, given, warmup, profile_steps, step_rule)
-    prepare_out_dir(out_dir, ("trace.json.gz", "report.json", "report.html"))
-    result = run_command(argv, out_dir, warmup, profile_steps, step_rule, memory)
-    if any(r.get("error") == OWN_PROFILER for r in result.records):
-        raise own_profiler_error(argv)
-    status = exit_status(result.exit_code)
+    cmd.check_command(argv, given, warmup, profile_steps, step_rule, ncu)
+    nsys_exe = None
+    if nsys:
+        from wanscope.profile.nsys import find_nsys
+
+        nsys_exe = find_nsys()
+    if ncu:
+        from wanscope.ncu.capture import find_ncu
+
+        find_ncu()
+    prepare_out_dir(out_dir, ("trace.json.gz", "trace.sqlite", "report.json", "report.html"))
+    if nsys_exe:
+        result = cmd.nsys_run(nsys_exe, argv, out_dir, warmup, profile_steps, step_rule)
+    else:
+        result = cmd.run_command(argv, out_dir, warmup, profile_steps, step_rule, memory)
+    if any(r.get("error") == cmd.OWN_PROFILER for r in result.records):
+        raise cmd.own_profiler_error(argv)
+    status = cmd.exit_status(result.exit_code)
     if not result.traces:
         why = f"it exited with status {status}" if status else "it never imported torch"
         click.echo(f"wanscope: error: {argv[0]} left no trace to analyze: {why}", err=True)
         sys.exit(status or 2)
     if status:
         click.echo(f"wanscope: {argv[0]} exited with status {status}; analyzing what was captured", err=True)
-    run = command_run(argv, result, warmup, profile_steps, step_rule)
+    run = cmd.run_object(argv, result, warmup, profile_steps, step_rule, "nsys" if nsys_exe else "torch.profiler")
     report = build_report(result.traces, run, out_dir)
-    render(report, [*result.traces, out_dir / "report.json", out_dir / "report.html"])
+    files = [*result.traces, out_dir / "report.json", out_dir / "report.html"]
+    render(report, [out_dir / "trace.nsys-rep", *files] if nsys_exe else files)
+    if ncu:
+        _add_ncu(report, out_dir, *cmd.ncu_run(ncu, argv, out_dir, warmup, step_rule))
     if status:
         sys.exit(status)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -79,7 +80,9 @@ def _python_program(argv: list[str]) -> str | None:
     return "not a Python program (a Python interpreter with its script, or a script whose #! line runs Python)"
 
 
-def check_command(argv: list[str], given: list[str], warmup: int, profile_steps: int, step_rule: str) -> None:
+def check_command(
+    argv: list[str], given: list[str], warmup: int, profile_steps: int, step_rule: str, ncu: str | None = None
+) -> None:
     """Refuse, before anything runs, a command we cannot profile or options that do not apply.
 
     Args:
@@ -87,7 +90,8 @@ def check_command(argv: list[str], given: list[str], warmup: int, profile_steps:
 
     Raises:
         UsageError: engine-only options with a command, a step count below 1 (``--warmup`` must be
-            >= 1: a program's first step has no start to find), or an unknown step rule.
+            >= 1: a program's first step has no start to find), an unknown step rule, or an
+            ``ncu`` kernel regex that does not compile.
         InputError: the command is not found or is not a Python program.
     """
     if given:
@@ -98,15 +102,24 @@ def check_command(argv: list[str], given: list[str], warmup: int, profile_steps:
         raise UsageError("--warmup must be >= 1 with a COMMAND: the program's first step has no start to find")
     if profile_steps < 1:
         raise UsageError(f"--profile-steps must be >= 1, got {profile_steps}")
+    if ncu is not None:
+        try:
+            re.compile(ncu)
+        except re.error as e:
+            raise UsageError(f"--ncu {ncu!r}: not a regular expression ({e})") from None
     why = _python_program(argv)
     if why is not None:
         raise InputError(Path(argv[0]), why)
 
 
-def child_env(out_dir: Path, warmup: int, profile_steps: int, step_rule: str, memory: bool) -> dict[str, str]:
-    """The program's environment: ours plus the two variables of the bootstrap."""
+def child_env(
+    out_dir: Path, warmup: int, profile_steps: int, step_rule: str, memory: bool, tool: str = "torch.profiler"
+) -> dict[str, str]:
+    """The program's environment: ours plus the two variables of the bootstrap. ``tool``:
+    ``torch.profiler``, or ``cuda_profiler`` (under Nsight Systems and Nsight Compute)."""
     env = dict(os.environ)
     settings = {
+        "tool": tool,
         "out": str(out_dir.resolve()),
         "warmup": warmup,
         "profile_steps": profile_steps,
@@ -161,7 +174,9 @@ def run_command(argv: list[str], out_dir: Path, warmup: int, profile_steps: int,
     return CommandRun(exit_code=code, records=records, traces=traces)
 
 
-def run_object(argv: list[str], result: CommandRun, warmup: int, profile_steps: int, step_rule: str) -> dict:
+def run_object(
+    argv: list[str], result: CommandRun, warmup: int, profile_steps: int, step_rule: str, capture: str
+) -> dict:
     """The report's ``run`` object for a command (``docs/json.md``, "profile JSON")."""
     profiled = [r for r in result.records if r.get("trace")] or result.records
     first = profiled[0] if profiled else {}
@@ -173,7 +188,7 @@ def run_object(argv: list[str], result: CommandRun, warmup: int, profile_steps: 
         "step_rule_asked": step_rule,
         "rules_tried": list(AUTO_ORDER) if step_rule == "auto" else [step_rule],
         "exit_code": result.exit_code,
-        "capture": "torch.profiler",
+        "capture": capture,
         "warmup_steps": warmup if found else 0,
         "profiled_steps": list(range(warmup, warmup + profile_steps)) if found else [],
         "steps_seen": first.get("steps", 0),
@@ -230,3 +245,33 @@ def own_profiler_error(argv: list[str]) -> UsageError:
 def exit_status(code: int) -> int:
     """Our exit status for the child's: its code, or 128 + the signal that ended it."""
     return 128 - code if code < 0 else code
+
+
+def nsys_run(nsys_exe: str, argv: list[str], out_dir: Path, warmup: int, profile_steps: int, step_rule: str):
+    """The program under Nsight Systems (``--capture-range=cudaProfilerApi``: the bootstrap calls
+    cudaProfilerStart/Stop around the profiled steps); a ``CommandRun`` with the SQLite export."""
+    from wanscope.profile import nsys
+
+    env = child_env(out_dir, warmup, profile_steps, step_rule, False, tool="cuda_profiler")
+    try:
+        _rep, sqlite = nsys.capture(nsys_exe, out_dir, argv, env=env)
+    finally:
+        records = _records(out_dir)
+        _remove_partials(out_dir)
+    return CommandRun(exit_code=0, records=records, traces=[sqlite])
+
+
+def ncu_run(regex: str, argv: list[str], out_dir: Path, warmup: int, step_rule: str):
+    """The program again, under Nsight Compute from its first profiled step (the bootstrap's
+    cudaProfilerStart; ``--profile-from-start off``): the first launch of a kernel whose demangled
+    name matches ``regex``. Returns (the files, the diagnoses)."""
+    from wanscope.ncu.capture import capture
+    from wanscope.profile.ncu import diagnose_capture
+
+    env = child_env(out_dir, warmup, 1, step_rule, False, tool="cuda_profiler")
+    try:
+        files = capture(argv, out_dir / "kernel", regex, 0, 1, from_profiler_start=True, env=env)
+    finally:
+        _records(out_dir)
+        _remove_partials(out_dir)
+    return files, diagnose_capture(files)

@@ -51,12 +51,18 @@ def capture_attention(child: list[str], backend: str, out_dir: Path) -> tuple[ob
         CaptureError: ncu missing, no counter access, or nothing profiled (one line).
     """
     from wanscope.ncu.capture import capture
+
+    files = capture(child, out_dir / STEM, kernel_regex(backend), launch_skip=0, launch_count=1)
+    return files, diagnose_capture(files)
+
+
+def diagnose_capture(files) -> list:
+    """The diagnosis of each kernel of an ncu capture (``ncu.capture.Capture``)."""
     from wanscope.ncu.diagnosis import diagnose
     from wanscope.ncu.readers import read_report
 
-    files = capture(child, out_dir / STEM, kernel_regex(backend), launch_skip=0, launch_count=1)
     try:
         report = read_report(files.report)
     except InputError:  # ncu-report not installed: the raw page holds the same metrics
         report = read_report(files.raw_csv)
-    return files, [diagnose(k) for k in report.kernels]
+    return [diagnose(k) for k in report.kernels]

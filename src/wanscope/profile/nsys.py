@@ -79,8 +79,9 @@ def nsys_command(nsys: str, stem: Path, child: list[str]) -> list[str]:
     return [nsys, "profile", *NSYS_FLAGS, "-o", str(stem), *child]
 
 
-def capture(nsys: str, out_dir: Path, child: list[str]) -> tuple[Path, Path]:
-    """Run ``child`` under nsys; returns (``trace.nsys-rep``, ``trace.sqlite``) in ``out_dir``.
+def capture(nsys: str, out_dir: Path, child: list[str], env: dict[str, str] | None = None) -> tuple[Path, Path]:
+    """Run ``child`` under nsys (in ``env``, default ours); returns (``trace.nsys-rep``,
+    ``trace.sqlite``) in ``out_dir``.
 
     The child's output (its progress bar) goes straight to this terminal. Partial files of a
     failed or interrupted capture are removed.
@@ -92,7 +93,7 @@ def capture(nsys: str, out_dir: Path, child: list[str]) -> tuple[Path, Path]:
     partial = [Path(f"{stem}{ext}") for ext in (".nsys-rep", ".sqlite", ".qdstrm")]
     try:
         try:
-            status = subprocess.run(nsys_command(nsys, stem, child)).returncode
+            status = subprocess.run(nsys_command(nsys, stem, child), env=env).returncode
         except OSError as e:
             raise NsysError(f"cannot run {nsys}: {e.strerror or e}") from None
         rep, sqlite = partial[0], partial[1]

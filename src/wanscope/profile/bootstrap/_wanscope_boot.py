@@ -5,7 +5,10 @@ program imports it, torch; the program need not have wanscope installed.
 Settings come from ``WANSCOPE_PROFILE`` (JSON): ``out`` (folder for traces and the per-process
 record), ``warmup`` and ``profile_steps`` (steps before the window, steps in it), ``step_rule``
 (``auto``, ``marker``, ``diffusers``, ``optimizer`` or ``none``), ``memory`` (PyTorch's memory
-events), ``top_pid`` (the pid of wanscope itself: its direct child is the program's top process).
+events), ``top_pid`` (the pid of wanscope itself: its direct child is the program's top process),
+``tool`` (``torch.profiler``, or ``cuda_profiler`` under Nsight Systems and Nsight Compute:
+``cudaProfilerStart`` before the first profiled step and ``cudaProfilerStop`` after the last, no
+torch.profiler, since CUPTI takes one subscriber per process).
 
 Steps, by rule (``auto``: the first rule to see a step claims the run):
 
@@ -103,9 +106,19 @@ def _sync() -> None:
 # --- the window -------------------------------------------------------------------------------
 
 
+def _cuda_profiler() -> bool:
+    return SETTINGS.get("tool") == "cuda_profiler"
+
+
 def _on_begin(k: int) -> None:
     """Step ``k`` is about to begin."""
     warmup, last = SETTINGS["warmup"], SETTINGS["warmup"] + SETTINGS["profile_steps"] - 1
+    if _cuda_profiler():
+        if k == warmup and _State.torch.cuda.is_available():
+            _sync()
+            _State.torch.cuda.profiler.start()
+            _State.window = "cuda_profiler"
+        return
     if _State.whole_run is not None:  # a step came: the whole-run recording is not needed
         prof, _State.whole_run = _State.whole_run, None
         prof.stop()
@@ -120,8 +133,19 @@ def _on_begin(k: int) -> None:
         _State.window.step()
 
 
+def _stop_cuda_profiler() -> None:
+    _sync()
+    _State.torch.cuda.profiler.stop()
+    _State.window = None
+    _State.trace_written = "cuda_profiler"  # the tool writes the capture
+
+
 def _on_end(k: int) -> None:
     """Step ``k`` has ended."""
+    if _State.window == "cuda_profiler":
+        if k == SETTINGS["warmup"] + SETTINGS["profile_steps"] - 1:
+            _stop_cuda_profiler()
+        return
     if _State.window is not None and k == SETTINGS["warmup"] + SETTINGS["profile_steps"] - 1:
         prof, _State.window = _State.window, None
         prof.step()  # the last recorded step: on_trace_ready exports
@@ -324,7 +348,7 @@ def _on_torch(torch) -> None:
         return out
 
     record_function.__enter__, record_function.__exit__ = rf_enter, rf_exit
-    if _State.top:
+    if _State.top and not _cuda_profiler():
         _State.whole_run = _profiler(stacks=False)
         _State.whole_run.start()
 
@@ -358,6 +382,8 @@ def _at_exit() -> None:
     where no step came and no rank wrote a trace."""
     if _State.torch is None or os.getpid() != _State.pid:  # a forked worker: its parent's state
         return
+    if _State.window == "cuda_profiler":
+        _stop_cuda_profiler()
     window, whole_run = _State.window, _State.whole_run
     _State.window = _State.whole_run = None
     try:

@@ -358,3 +358,24 @@ def test_a_missing_nsight_tool_is_one_line_before_anything_runs(tmp_path, tool, 
     r = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env)
     assert r.returncode == 2 and r.stderr.startswith(f"wanscope: error: {message}") and r.stderr.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_nsight_runs_ask_the_bootstrap_for_cuda_profiler_calls(tmp_path):
+    """What --nsys and --ncu hand to the tools: the bootstrap's settings and ncu's start at the
+    program's cudaProfilerStart, kernel names matched demangled."""
+    from wanscope.ncu.capture import ncu_command
+    from wanscope.profile.command import BOOTSTRAP, child_env
+
+    env = child_env(tmp_path, 2, 1, "diffusers", False, tool="cuda_profiler")
+    settings = json.loads(env["WANSCOPE_PROFILE"])
+    assert (settings["tool"], settings["warmup"], settings["profile_steps"], settings["step_rule"]) == (
+        "cuda_profiler",
+        2,
+        1,
+        "diffusers",
+    )
+    assert settings["top_pid"] == os.getpid() and env["PYTHONPATH"].split(os.pathsep)[0] == str(BOOTSTRAP)
+    args = ncu_command("ncu", ["python", "x.py"], tmp_path / "kernel", "attn_fwd", 0, 1, from_profiler_start=True)
+    text = " ".join(args)
+    assert "--profile-from-start off --kernel-name-base demangled --kernel-name regex:attn_fwd" in text
+    assert args[-2:] == ["python", "x.py"] and "--profile-from-start" not in " ".join(ncu_command("ncu", [], tmp_path))

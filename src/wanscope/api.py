@@ -1,0 +1,109 @@
+"""The Python API: ``t = wanscope.open("trace.json.gz")``, then SQL on the canonical tables and the
+analyses as DataFrames, for notebooks (``docs/api.md``).
+
+``import wanscope`` loads none of torch, DuckDB or pandas; ``wanscope.open`` loads this module
+(and DuckDB), and each DataFrame accessor pandas. The accessors are the ``analyze`` JSON's
+lists (``docs/json.md``, "analyze JSON") as rows, with ``rank`` and ``device`` added where the
+JSON nests them per device; the units are the JSON's (``_ns``: nanoseconds, ``_pct``: percent).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+
+from wanscope.analysis.scope import Scope, parse_step_range
+
+
+class Trace:
+    """One or more ingested traces (Kineto JSON, Nsight Systems SQLite, a folder of rank files,
+    or a database kept with ``db``), analyzed lazily, once.
+
+    Raises (from the constructor):
+        InputError: a file that is missing or is no trace it can read (the message names it).
+    """
+
+    def __init__(self, paths, db: str | os.PathLike | None = None, step_range: str | None = None, top: int = 10):
+        from wanscope.trace import open_traces
+
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        self.con = open_traces([str(p) for p in paths], db=db)
+        self._catalog = self.con.execute("SELECT current_database()").fetchone()[0]
+        self._scope = Scope(parse_step_range(step_range))
+        self._top = top
+
+    def sql(self, query: str):
+        """A DuckDB relation of ``query`` on the canonical tables (``wanscope schema`` lists them):
+        ``.df()`` for pandas, ``.arrow()`` and ``.pl()`` where pyarrow or polars are installed.
+        Each call has a cursor of its own, so relations can be read in any order."""
+        cursor = self.con.cursor()
+        cursor.execute(f'USE "{self._catalog}"')  # where the tables are (a cursor starts elsewhere)
+        return cursor.sql(query)
+
+    @cached_property
+    def _analysis(self) -> dict:
+        from wanscope.analysis.summary import analyze
+
+        return analyze(self.con, top=self._top, scope=self._scope)
+
+    def analyze(self) -> dict:
+        """The ``wanscope analyze --format json`` dict."""
+        return self._analysis
+
+    def kernels(self):
+        """The top kernels per device (then ``other``): rank, device, name, count, total_ns, ..."""
+        return _per_device(self._analysis, "top_kernels")
+
+    def categories(self):
+        """Kernel time by category per device: rank, device, category, count, total_ns, pct."""
+        return _per_device(self._analysis, "categories")
+
+    def gaps(self):
+        """The largest idle gaps per device, each with its call stack (``stack``: outermost first)."""
+        rows = [
+            {"rank": d["rank"], "device": d["device"], **gap}
+            for d in self._analysis["devices"]
+            for gap in d["gaps"]["largest"]
+        ]
+        return _frame(rows)
+
+    def syncs(self):
+        """Host-device syncs (and, on a CPU trace, the would-be syncs)."""
+        return _frame(self._analysis["syncs"])
+
+    def steps(self):
+        """Per-step CPU and GPU times: rank, step, cpu_start_ns, cpu_dur_ns, gpu_start_ns, gpu_dur_ns."""
+        return _frame(self._analysis["steps"])
+
+    def host_ops(self):
+        """Host time of the steps by outermost aten op: name, count, total_ns, pct."""
+        from wanscope.profile.host_ops import host_ops
+
+        return _frame(host_ops(self.con, top=self._top)["ops"])
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Trace:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _per_device(result: dict, key: str):
+    return _frame([{"rank": d["rank"], "device": d["device"], **row} for d in result["devices"] for row in d[key]])
+
+
+def _frame(rows: list[dict]):
+    import pandas as pd
+
+    return pd.DataFrame(rows)
+
+
+def open(
+    paths, db: str | os.PathLike | None = None, step_range: str | None = None, top: int = 10
+) -> Trace:  # shadows the builtin inside this module only
+    """Ingest ``paths`` (a path or a list, as ``wanscope analyze`` takes them); see ``Trace``."""
+    return Trace(paths, db=db, step_range=step_range, top=top)

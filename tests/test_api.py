@@ -1,0 +1,40 @@
+"""The Python API (``wanscope.open``): docs/api.md's example runs as written, the DataFrames hold
+the analyze JSON's values, and ``import wanscope`` loads none of torch, DuckDB or pandas."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import wanscope
+from wanscope.data import default_trace
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_documented_example_runs(capsys):
+    code = re.search(r"```python\n(.*?)```", (REPO / "docs" / "api.md").read_text(), re.S).group(1)
+    exec(compile(code, "docs/api.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "kernels" in out and "attention" in out
+
+
+def test_dataframes_hold_the_analyze_values():
+    with wanscope.open(default_trace()) as t:
+        doc = t.analyze()
+        device = doc["devices"][0]
+        kernels, categories, gaps = t.kernels(), t.categories(), t.gaps()
+        assert kernels.to_dict("records") == [{"rank": 0, "device": 0, **k} for k in device["top_kernels"]]
+        assert categories["total_ns"].sum() == device["kernel_time_ns"] + device["memop_time_ns"]
+        assert gaps["dur_ns"].tolist() == [g["dur_ns"] for g in device["gaps"]["largest"]]
+        assert len(t.syncs()) == len(doc["syncs"]) and t.steps().empty == (doc["steps"] == [])
+        count = t.sql("SELECT count(*) FROM kernels").fetchall()[0][0]
+        assert count == device["kernel_count"]
+
+
+def test_import_wanscope_loads_no_heavy_module():
+    code = "import sys, wanscope; print(sorted(m for m in ('torch', 'duckdb', 'pandas') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (r.returncode, r.stdout) == (0, "[]\n"), r.stderr

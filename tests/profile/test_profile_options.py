@@ -45,8 +45,18 @@ def test_defaults_by_machine():
 # the two sizes of the H200 measurement behind CFG_BATCHED_MAX_TOKENS (benchmarks/RESULTS.md,
 # "2026-11-30: DiT forward, all contenders in one run, and CFG batching")
 @pytest.mark.parametrize("size, frames, auto", [("832x480", 81, "sequential"), ("416x240", 21, "batched")])
-def test_cfg_auto_by_size_and_explicit_overrides(size, frames, auto):
+def test_cfg_auto_by_size_and_explicit_overrides(size, frames, auto, monkeypatch):
     def cfg(**kw):
+        if "parallel" in kw:  # rank 0 of the world the mode runs on, as torchrun starts it
+            world = {"cfg": 2, "cfg+ulysses": 4, "ulysses": 2}[kw["parallel"]]
+            for key, value in {
+                "RANK": 0,
+                "LOCAL_RANK": 0,
+                "WORLD_SIZE": world,
+                "MASTER_ADDR": "h",
+                "MASTER_PORT": 1,
+            }.items():
+                monkeypatch.setenv(key, str(value))
         o = resolve(1, size=size, frames=frames, **kw)
         return o.cfg, o.cfg_auto
 

@@ -6,6 +6,8 @@ the engine (no torch): one line naming the extra, exit 2."""
 from __future__ import annotations
 
 import ast
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -78,32 +80,40 @@ def two_head_checkpoint(diffusers_dit, tmp_path_factory):
     return write_diffusers_checkpoint(tmp_path_factory.mktemp("ckpt") / "wan", diffusers_dit)
 
 
-def resolve_with(checkpoint, **kw):
+def resolve_with(checkpoint, preset="tiny", size="64x64", **kw):
+    """The tiny checkpoint's DiT fits the tiny preset's text encoder and VAE."""
     return resolve_engine(
-        cuda_devices=0, prompt="a fox", checkpoint=checkpoint, preset="wan2.1-t2v-1.3b", size="64x64", frames=5, **kw
+        cuda_devices=0, prompt="a fox", checkpoint=checkpoint, preset=preset, size=size, frames=5, **kw
     )
+
+
+def launched_as(monkeypatch, world_size: int) -> None:
+    """The environment torchrun gives rank 0 of ``world_size``."""
+    env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(world_size), "MASTER_ADDR": "h", "MASTER_PORT": "1"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
 
 
 def test_the_dit_comes_from_the_checkpoint(two_head_checkpoint):
     opts = resolve_with(two_head_checkpoint)
     assert (opts.dit.num_heads, opts.dit.num_layers, opts.dit.dim) == (2, 2, 64)
-    assert (opts.preset, opts.device, opts.dtype, opts.random_weights) == ("wan2.1-t2v-1.3b", "cpu", "fp32", False)
+    assert (opts.preset, opts.device, opts.dtype, opts.random_weights) == ("tiny", "cpu", "fp32", False)
 
 
 def test_profile_checks_the_checkpoints_heads(two_head_checkpoint, monkeypatch):
     from wanscope.profile.options import resolve
 
-    monkeypatch.setenv("WORLD_SIZE", "4")
+    launched_as(monkeypatch, 4)
     with pytest.raises(UsageError, match=r"^Ulysses degree 4 does not divide the model's 2 attention heads; "):
-        resolve(0, checkpoint=two_head_checkpoint, preset="wan2.1-t2v-1.3b", size="64x64", frames=5, parallel="ulysses")
+        resolve(0, checkpoint=two_head_checkpoint, preset="tiny", size="64x64", frames=5, parallel="ulysses")
 
 
 def test_pre_load_checks_use_the_checkpoints_dit(two_head_checkpoint, monkeypatch):
     with pytest.raises(UsageError, match=r"^fast-mode spec: exact_blocks 5 out of range for 2 blocks$"):
         resolve_with(two_head_checkpoint, mode="fast", fast="exact_blocks=5")
-    # 4 Ulysses ranks split the preset's 12 heads but not the checkpoint's 2
-    monkeypatch.setenv("WORLD_SIZE", "4")
-    resolve_with(None, parallel="ulysses")
+    # 4 Ulysses ranks split the 1.3B preset's 12 heads but not the checkpoint's 2
+    launched_as(monkeypatch, 4)
+    resolve_with(None, preset="wan2.1-t2v-1.3b", parallel="ulysses")
     with pytest.raises(UsageError, match=r"^Ulysses degree 4 does not divide the model's 2 attention heads; "):
         resolve_with(two_head_checkpoint, parallel="ulysses")
 
@@ -119,7 +129,9 @@ def test_pre_load_checks_use_the_checkpoints_dit(two_head_checkpoint, monkeypatc
         ({"cfg": "batched", "parallel": "cfg"}, "CFG parallel runs each branch on its own rank; --cfg batched"),
     ],
 )
-def test_bad_values_are_refused(kw, message):
+def test_bad_values_are_refused(kw, message, monkeypatch):
+    if "parallel" in kw:
+        launched_as(monkeypatch, 2)
     with pytest.raises(UsageError) as e:
         resolve_with(None, **kw)
     assert str(e.value).startswith(message)
@@ -179,3 +191,103 @@ def test_require_triton(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else found(name, *a))
     with pytest.raises(UsageError, match=r"^--mode fast runs the fused Triton kernels .*: pip install triton$"):
         require_triton("--mode fast runs")
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"shift": float("nan")}, "shift must be a finite number > 0, got nan"),
+        ({"guidance": float("inf")}, "guidance must be a finite number >= 0, got inf"),
+        ({"seed": 10**23}, "seed must fit in 64 bits"),
+        ({"steps": 10**20}, "steps must be <= 10,000"),
+        ({"size": "16400x16"}, "--size '16400x16': at most 16384 pixels a side"),
+        ({"size": "\uff16\uff14x\uff16\uff14"}, "--size '\uff16\uff14x\uff16\uff14': expected WIDTHxHEIGHT"),
+        ({"size": ""}, "--size '': expected WIDTHxHEIGHT"),
+        ({"device": "cpu:" + "9" * 20}, "--device 'cpu:99999999999999999999': expected cpu, cuda or cuda:N"),
+        ({"dist_timeout": float("nan")}, "--dist-timeout must be a finite number of seconds, got nan"),
+        ({"negative_prompt": "fox\udcff"}, "the negative prompt is not UTF-8 text"),
+        ({"parallel": "ulysses"}, "--parallel ulysses needs a launcher"),
+    ],
+)
+def test_values_no_run_could_take_are_refused(kw, message):
+    with pytest.raises(UsageError) as e:
+        resolve_with(None, **kw)
+    assert str(e.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc' in the environment: not a process count"),
+        (
+            {"RANK": "x", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
+            "RANK='x' in the environment: not a number",
+        ),
+        (
+            {"RANK": "5", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
+            "RANK 5 is not below WORLD_SIZE 2",
+        ),
+    ],
+)
+def test_a_malformed_launcher_environment_is_refused(env, message, monkeypatch):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(UsageError) as e:
+        resolve_with(None, parallel="ulysses" if "RANK" in env else None)
+    assert str(e.value) == message
+
+
+def edited_checkpoint(src: Path, dst: Path, **config) -> Path:
+    """A copy of the checkpoint ``src`` whose transformer/config.json has ``config`` over its own."""
+    shutil.copytree(src, dst)
+    path = dst / "transformer" / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
+    return dst
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"num_attention_heads": "2"}, "transformer/config.json: num_attention_heads '2': expected a positive integer"),
+        ({"patch_size": 2}, "transformer/config.json: patch_size 2: expected three positive integers"),
+        ({"eps": float("nan")}, "transformer/config.json: eps nan: expected a positive finite number"),
+        ({"num_layers": 10**9}, "transformer: the config says 1000000000 blocks (num_layers), the weights hold 2"),
+    ],
+)
+def test_a_checkpoint_config_no_model_could_have_is_refused(two_head_checkpoint, tmp_path, config, message):
+    from wanscope.errors import InputError
+
+    ckpt = edited_checkpoint(two_head_checkpoint, tmp_path / "ckpt", **config)
+    with pytest.raises(InputError) as e:
+        resolve_with(ckpt)
+    assert str(e.value) == f"{ckpt}/{message}"
+
+
+def test_a_checkpoint_that_does_not_fit_the_preset_is_refused(two_head_checkpoint):
+    """The tiny checkpoint's DiT takes 32-feature text states; the 1.3B preset's encoder gives 4096,
+    the tiny one's 32: the DiT must fit the preset's text encoder and VAE before any model loads."""
+    from wanscope.errors import InputError
+
+    with pytest.raises(InputError, match=r"its DiT takes text states of 32 features; the wan2.1-t2v-1.3b preset"):
+        resolve_engine(cuda_devices=0, prompt="a fox", checkpoint=two_head_checkpoint, preset="wan2.1-t2v-1.3b")
+    opts = resolve_engine(cuda_devices=0, prompt="a fox", checkpoint=two_head_checkpoint, preset="tiny")
+    assert opts.dit.text_dim == opts.config.text_encoder.dim == 32
+
+
+@pytest.mark.parametrize(
+    "part, text, message",
+    [
+        ("vae/config.json", "{broken", "cannot read JSON"),
+        ("text_encoder/config.json", "[1, 2]", "not a JSON object"),
+        ("vae/diffusion_pytorch_model.safetensors", "not safetensors", "not a readable safetensors file"),
+    ],
+)
+def test_the_other_parts_are_read_before_any_model_loads(two_head_checkpoint, tmp_path, part, text, message):
+    from wanscope.errors import InputError
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(two_head_checkpoint, ckpt)
+    (ckpt / part).write_text(text)
+    with pytest.raises(InputError) as e:
+        resolve_with(ckpt)
+    assert str(e.value).startswith(f"{ckpt / part}: {message}")

@@ -31,10 +31,8 @@ import torch
 import torch.distributed as dist
 
 from wanscope.errors import UsageError, WanscopeError
-from wanscope.parallel.plan import DEFAULT_TIMEOUT_S, check_heads, degrees
+from wanscope.parallel.plan import DEFAULT_TIMEOUT_S, check_heads, check_launcher, degrees
 from wanscope.parallel.watch import NCCL_GRACE_S, Heartbeat
-
-_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 class ParallelError(WanscopeError):
@@ -188,12 +186,7 @@ def setup_from_env(
         ParallelError: the rendezvous failed or timed out (e.g. ranks started with different
             world sizes).
     """
-    missing = [k for k in _ENV if k not in os.environ]
-    if missing:
-        raise UsageError(
-            f"--parallel {mode} needs a launcher: run it as `torchrun --nproc-per-node N -m wanscope ...` "
-            f"({', '.join(missing)} not set)"
-        )
+    check_launcher(mode)
     rank, world_size, local_rank = (int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
     cfg_degree, ulysses_degree = degrees(mode, world_size)
     if num_heads is not None:

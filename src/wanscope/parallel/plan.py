@@ -151,3 +151,25 @@ def parse_head_groups(text: str) -> int | tuple[int, ...]:
     except ValueError:
         raise UsageError(f"Ulysses head groups {text!r}: expected a count (3) or sizes joined by + (1+4+1)") from None
     return parts[0] if len(parts) == 1 else parts
+
+
+LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def check_launcher(mode: str) -> None:
+    """A ``--parallel`` run needs the environment ``torchrun`` sets, with numbers where numbers go.
+
+    Raises:
+        UsageError: a variable missing (not launched by torchrun) or not a number.
+    """
+    missing = [k for k in LAUNCHER_ENV if k not in os.environ]
+    if missing:
+        raise UsageError(
+            f"--parallel {mode} needs a launcher: run it as `torchrun --nproc-per-node N -m wanscope ...` "
+            f"({', '.join(missing)} not set)"
+        )
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"):
+        if not os.environ[key].isdigit():
+            raise UsageError(f"{key}={os.environ[key]!r} in the environment: not a number")
+    if int(os.environ["RANK"]) >= int(os.environ["WORLD_SIZE"]):
+        raise UsageError(f"RANK {os.environ['RANK']} is not below WORLD_SIZE {os.environ['WORLD_SIZE']}")

@@ -8,6 +8,7 @@ No torch import: the analysis side may read presets.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from wanscope.errors import UsageError
@@ -33,6 +34,16 @@ ATTENTION_CHOICES = ("auto", "sdpa", "cudnn", "flash", "efficient", "math", "hop
 CFG_BATCHED_MAX_TOKENS = 8192
 # --kernels of generate and profile: the DiT ops (``wan.dit.Kernels``) and auto (``wan.dit.resolve_kernels``)
 KERNEL_CHOICES = ("auto", "torch", "triton")
+
+
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_positive_int(name: str, value) -> None:
+    """Raises UsageError unless ``value`` is a positive integer (a checkpoint's config.json may hold anything)."""
+    if not is_int(value) or value <= 0:
+        raise UsageError(f"{name} {value!r}: expected a positive integer")
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,16 @@ class DiTConfig:
     fp32_residual: bool = True
 
     def __post_init__(self):
+        ints = ("dim", "num_layers", "num_heads", "ffn_dim", "freq_dim", "text_len", "text_dim", "in_channels")
+        for name in (*ints, "out_channels", "rope_max_len"):
+            check_positive_int(name, getattr(self, name))
+        patch = self.patch_size
+        if not (isinstance(patch, tuple) and len(patch) == 3 and all(is_int(n) and n > 0 for n in patch)):
+            raise UsageError(f"patch_size {patch!r}: expected three positive integers")
+        for name in ("eps", "rope_theta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise UsageError(f"{name} {value!r}: expected a positive finite number")
         if self.dim % self.num_heads or (self.dim // self.num_heads) % 2:
             raise UsageError(f"dim {self.dim} must split into {self.num_heads} heads of even size")
 

@@ -13,6 +13,7 @@ fast-mode checks).
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -20,7 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wanscope.errors import UsageError
-from wanscope.parallel.plan import DEFAULT_TIMEOUT_S, PARALLEL_MODES, check_cfg_parallel, check_heads, degrees
+from wanscope.parallel.plan import (
+    DEFAULT_TIMEOUT_S,
+    PARALLEL_MODES,
+    check_cfg_parallel,
+    check_heads,
+    check_launcher,
+    degrees,
+)
 from wanscope.wan.config import ATTENTION_CHOICES, KERNEL_CHOICES, DiTConfig, WanConfig, get_preset
 
 if TYPE_CHECKING:  # both import torch
@@ -32,6 +40,7 @@ CUDA_PRESET = "wan2.1-t2v-1.3b"
 CPU_PRESET = "tiny"  # random 1.3B weights on a CPU would take minutes per step
 MODES = ("exact", "fast")
 DTYPE_CHOICES = ("bf16", "fp32")
+MAX_SIDE = 16384  # libx264's largest frame width and height, in pixels
 # The import names of the `engine` extra's packages (pyproject.toml) that the engine imports.
 ENGINE_MODULES = ("torch", "safetensors", "transformers", "diffusers", "imageio", "PIL", "tqdm")
 
@@ -55,12 +64,14 @@ def parse_size(text: str) -> tuple[int, int]:
     """``WIDTHxHEIGHT`` (as the official CLI: ``832x480``) -> (height, width).
 
     Raises:
-        UsageError: not two positive integers joined by ``x``.
+        UsageError: not two integers (ASCII digits) joined by ``x``, or a side over ``MAX_SIDE``.
     """
-    m = re.fullmatch(r"\s*(\d+)\s*[xX*]\s*(\d+)\s*", text)
+    m = re.fullmatch(r"\s*([0-9]{1,9})\s*[xX*]\s*([0-9]{1,9})\s*", text)
     if not m:
         raise UsageError(f"--size {text!r}: expected WIDTHxHEIGHT, e.g. 832x480")
     width, height = int(m.group(1)), int(m.group(2))
+    if max(width, height) > MAX_SIDE:
+        raise UsageError(f"--size {text!r}: at most {MAX_SIDE} pixels a side (the H.264 encoder's limit)")
     return height, width
 
 
@@ -73,7 +84,7 @@ def parse_device(name: str | None, cuda_devices: int) -> str:
     """
     if name is None:
         return "cuda" if cuda_devices else "cpu"
-    m = re.fullmatch(r"(cpu|cuda)(?::(\d+))?", name.strip())
+    m = re.fullmatch(r"(cpu|cuda)(?::([0-9]{1,4}))?", name.strip())
     if not m:
         raise UsageError(f"--device {name!r}: expected cpu, cuda or cuda:N")
     if m.group(1) == "cuda" and not cuda_devices:
@@ -101,7 +112,10 @@ def check_world_size(parallel: str | None, can_parallel: bool = True) -> None:
     Raises:
         UsageError: WORLD_SIZE > 1 and no mode.
     """
-    if parallel is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    text = os.environ.get("WORLD_SIZE", "1")
+    if not text.isdigit():
+        raise UsageError(f"WORLD_SIZE={text!r} in the environment: not a process count")
+    if parallel is None and int(text) > 1:
         fix = f"give --parallel {'|'.join(PARALLEL_MODES)}" if can_parallel else "run it as one process"
         raise UsageError(f"launched as {os.environ['WORLD_SIZE']} processes without --parallel; {fix}")
 
@@ -137,16 +151,19 @@ def resolve_fast(
 
 def dit_config(checkpoint: Path | None, config: WanConfig) -> DiTConfig:
     """The DiT that will run: the checkpoint's (its ``config.json`` or its weights' shapes) when
-    there is one, else the preset's.
+    there is one, else the preset's. The checkpoint's other parts are read as far as their
+    headers tell (``wan/weights.py`` ``check_parts``).
 
     Raises:
         InputError: a checkpoint folder that is not a usable Wan2.1 checkpoint (``wan/weights.py``).
     """
     if checkpoint is None:
         return config.dit
-    from wanscope.wan.weights import check_dit, detect_layout
+    from wanscope.wan.weights import check_dit, check_parts, detect_layout
 
-    return check_dit(detect_layout(checkpoint).dit)
+    layout = detect_layout(checkpoint)
+    check_parts(layout)
+    return check_dit(layout.dit)
 
 
 @dataclass(frozen=True)
@@ -218,7 +235,7 @@ def build_request(
     from wanscope.wan.pipeline import Request
 
     s = config.sampling
-    height, width = parse_size(size) if size else (s.height, s.width)
+    height, width = parse_size(size) if size is not None else (s.height, s.width)
     req = Request(
         prompt=prompt,
         negative_prompt=s.negative_prompt if negative_prompt is None else negative_prompt,
@@ -291,6 +308,8 @@ def resolve_engine(
     """
     if checkpoint is not None and random_weights:
         raise UsageError("give --checkpoint DIR or --random-weights, not both")
+    if not math.isfinite(dist_timeout):
+        raise UsageError(f"--dist-timeout must be a finite number of seconds, got {dist_timeout}")
     if weights_required and checkpoint is None and not random_weights:
         raise UsageError("give --checkpoint DIR or --random-weights")
     for name, value, known in (
@@ -326,9 +345,13 @@ def resolve_engine(
     cfg_auto = req.cfg == "auto"
     req = req.with_cfg_resolved(config, cfg_parallel)
     dit = dit_config(checkpoint, config)  # a bad checkpoint fails before any model runs
+    if dit is not config.dit:
+        _check_against_preset(dit, config, checkpoint)
+        req.validate(config.vae.stride, dit.patch_size)
     if fast_config is not None:
         fast_config.check_blocks(dit.num_layers)
-    if parallel is not None and "WORLD_SIZE" in os.environ:  # before any rank waits for another
+    if parallel is not None:  # before any rank waits for another, or any output folder is made
+        check_launcher(parallel)
         cfg_degree, ulysses_degree = degrees(parallel, int(os.environ["WORLD_SIZE"]))
         check_heads(dit.num_heads, ulysses_degree, cfg_degree)
     if cfg_parallel:
@@ -353,3 +376,26 @@ def resolve_engine(
         parallel=parallel,
         dist_timeout=dist_timeout,
     )
+
+
+def _check_against_preset(dit: DiTConfig, config: WanConfig, checkpoint: Path) -> None:
+    """The checkpoint's DiT must fit the preset's VAE (latent channels) and text encoder (width).
+
+    Raises:
+        InputError: naming the checkpoint, the mismatch and the preset.
+    """
+    from wanscope.errors import InputError
+
+    latent = config.vae.z_dim
+    if (dit.in_channels, dit.out_channels) != (latent, latent):
+        raise InputError(
+            checkpoint,
+            f"its DiT takes {dit.in_channels} latent channels in and {dit.out_channels} out; "
+            f"the {config.name} preset's VAE has {latent}",
+        )
+    if dit.text_dim != config.text_encoder.dim:
+        raise InputError(
+            checkpoint,
+            f"its DiT takes text states of {dit.text_dim} features; the {config.name} preset's text "
+            f"encoder gives {config.text_encoder.dim} (pick the --preset of its size)",
+        )

@@ -14,6 +14,7 @@ ends with the same latents, and rank 0 alone decodes the video.
 from __future__ import annotations
 
 import gc
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -37,6 +38,11 @@ from wanscope.wan.sampler import SOLVERS, FlowSampler, flow_schedule
 StepCallback = Callable[[int, torch.Tensor], None]
 # the --dtype names of generate, compare-modes and profile
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+# A bound on the schedule's length, far past any sampler's use (the official default is 50):
+# larger counts only overflow the schedule's integer timesteps.
+MAX_STEPS = 10_000
 
 
 @dataclass(frozen=True)
@@ -74,10 +80,19 @@ class Request:
             raise UsageError(f"frames must be {sf}k+1 (1, 5, ..., 81), got {self.frames}")
         if self.steps < 1:
             raise UsageError(f"steps must be >= 1, got {self.steps}")
-        if self.guidance < 0:
-            raise UsageError(f"guidance must be >= 0, got {self.guidance}")
-        if self.shift <= 0:
-            raise UsageError(f"shift must be > 0, got {self.shift}")
+        if not math.isfinite(self.guidance) or self.guidance < 0:
+            raise UsageError(f"guidance must be a finite number >= 0, got {self.guidance}")
+        if not math.isfinite(self.shift) or self.shift <= 0:
+            raise UsageError(f"shift must be a finite number > 0, got {self.shift}")
+        if self.steps > MAX_STEPS:
+            raise UsageError(f"steps must be <= {MAX_STEPS:,}, got {self.steps}")
+        if not -(2**63) <= self.seed < 2**64:  # what torch's generators take
+            raise UsageError(f"seed must fit in 64 bits, got {self.seed}")
+        for name in ("prompt", "negative_prompt"):
+            try:
+                getattr(self, name).encode("utf-8")
+            except UnicodeEncodeError:  # bytes of another encoding on the command line
+                raise UsageError(f"the {name.replace('_', ' ')} is not UTF-8 text") from None
         if self.solver not in SOLVERS:
             raise UsageError(f"unknown solver {self.solver!r}; known: {', '.join(SOLVERS)}")
         if self.cfg not in CFG_MODES:

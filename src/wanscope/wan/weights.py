@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from wanscope.errors import InputError
-from wanscope.wan.config import DiTConfig
+from wanscope.errors import InputError, UsageError
+from wanscope.wan.config import DiTConfig, check_positive_int
 from wanscope.wan.dit import WanDiT, keeps_fp32
 
 OFFICIAL_T5 = "models_t5_umt5-xxl-enc-bf16.pth"
@@ -98,7 +98,7 @@ def _present(config: dict, fields: dict[str, str]) -> dict:
     """{DiTConfig field: value} for the checkpoint keys ``config`` has; an absent key leaves
     the field to DiTConfig's own default (every default lives in ``config.py``)."""
     out = {field: config[key] for key, field in fields.items() if key in config}
-    if "patch_size" in out:
+    if isinstance(out.get("patch_size"), list):
         out["patch_size"] = tuple(out["patch_size"])
     return out
 
@@ -130,6 +130,8 @@ def dit_config_from_json(path: Path) -> tuple[DiTConfig, str]:
             )
             if c.get("out_channels") or c.get("in_channels"):
                 optional["out_channels"] = c.get("out_channels") or c.get("in_channels")
+            for key in ("num_attention_heads", "attention_head_dim"):  # before they are multiplied
+                check_positive_int(key, c[key])
             cfg = DiTConfig(
                 dim=c["num_attention_heads"] * c["attention_head_dim"],
                 num_layers=c["num_layers"],
@@ -165,6 +167,8 @@ def dit_config_from_json(path: Path) -> tuple[DiTConfig, str]:
             return cfg, "official"
     except KeyError as e:
         raise InputError(path, f"config lacks {e.args[0]!r}") from None
+    except (UsageError, TypeError) as e:  # a value of the wrong type or range (DiTConfig's checks)
+        raise InputError(path, str(e)) from None
     raise InputError(path, "neither an official WanModel nor a diffusers WanTransformer3DModel config")
 
 
@@ -211,6 +215,8 @@ def safetensors_files(folder: Path, stem: str) -> list[Path]:
         weight_map = read_json(index).get("weight_map")
         if not isinstance(weight_map, dict):
             raise InputError(index, "no weight_map")
+        if not all(isinstance(name, str) for name in weight_map.values()):
+            raise InputError(index, "weight_map values must be file names")
         files = [folder / name for name in sorted(set(weight_map.values()))]
         absent = [f.name for f in files if not f.is_file()]
         if absent:
@@ -327,6 +333,24 @@ def _dit_source(path: str | Path, overrides: dict) -> tuple[Path, DiTConfig, str
     return folder, replace(cfg, **overrides), layout, safetensors_files(folder, _DIT_WEIGHTS)
 
 
+def check_parts(layout: CheckpointLayout) -> None:
+    """The text encoder's, tokenizer's and VAE's files read as what they must be (their JSON
+    configs as JSON objects, their safetensors headers), from headers alone, before any model
+    loads; the DiT has ``check_dit``. The official layout's ``.pth`` files are read when loaded.
+
+    Raises:
+        InputError: naming the file and the problem.
+    """
+    for folder in (layout.text_encoder, layout.tokenizer, layout.vae):
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.json")):
+            read_json(path)
+        weights = sorted(folder.glob("*.safetensors"))
+        if weights:
+            read_shapes(weights)
+
+
 def check_dit(path: str | Path) -> DiTConfig:
     """Check a DiT checkpoint's config, keys and shapes from the safetensors headers alone
     (seconds, no weights read), so a bad checkpoint fails before any model runs.
@@ -338,6 +362,11 @@ def check_dit(path: str | Path) -> DiTConfig:
     shapes = read_shapes(files)
     if layout == "diffusers":
         shapes = {official_key(k): v for k, v in shapes.items()}
+    blocks = {int(m.group(1)) for k in shapes if (m := re.match(r"blocks\.(\d+)\.", k))}
+    if len(blocks) != cfg.num_layers:  # before a model of num_layers blocks is built, even on meta
+        raise InputError(
+            folder, f"the config says {cfg.num_layers} blocks (num_layers), the weights hold {len(blocks)}"
+        )
     with torch.device("meta"):
         check_keys_and_shapes(WanDiT(cfg), shapes, folder)
     return cfg

@@ -33,14 +33,15 @@ from wanscope.wan.attention import AttentionBackend, parse_backend, resolve_back
 BF16, FP16 = torch.bfloat16, torch.float16
 
 
-def _reason() -> str | None:
-    if not torch.cuda.is_available():
-        return "needs CUDA"
-    return hopper.unsupported_device(torch.device("cuda"))
+# Why this machine's GPU cannot run the kernel (None where it can, and where there is no GPU:
+# the ``gpu`` marker skips those tests first).
+_UNSUPPORTED = hopper.unsupported_device(torch.device("cuda")) if torch.cuda.is_available() else None
+_kernel_runs = pytest.mark.skipif(_UNSUPPORTED is not None, reason=f"attention_hopper: {_UNSUPPORTED}")
 
 
-_SKIP = _reason()
-needs_sm90 = pytest.mark.skipif(_SKIP is not None, reason=f"attention_hopper: {_SKIP}")
+def needs_sm90(test):
+    """A GPU test (the ``gpu`` marker) on a device the kernel runs on (sm_90, Gluon's Hopper module)."""
+    return pytest.mark.gpu(_kernel_runs(test))
 
 
 # --- CPU: checks and selection ---------------------------------------------------------------

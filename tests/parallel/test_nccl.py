@@ -30,7 +30,7 @@ from wanscope.wan.attention import attention
 from wanscope.wan.pipeline import denoise
 from wanscope.wan.sampler import FlowSampler, flow_schedule
 
-pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices (NCCL)")
+pytestmark = pytest.mark.gpu(2, reason="NCCL")
 # 6 heads: 3 per rank. Bare specs take the default transport (copy engines: launch.py sets
 # LOCAL_WORLD_SIZE), so NCCL's pipelined path needs its own spec.
 SPECS = ["1", "2", "3", "1+2", "1@nccl", "1+2@nccl", "2@copy-engine", "1+2@copy-engine"]

@@ -22,7 +22,7 @@ from wanscope.profile.result import CPU_NOTE, cfg_note
 from wanscope.trace import open_traces
 from wanscope.wan import ranges
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU (gloo) run; with CUDA each rank needs a GPU")
+pytestmark = pytest.mark.cpu_only(reason="gloo; with CUDA each rank needs a GPU")
 TINY = ["profile", "--preset", "tiny", "--profile-steps", "1"]
 
 

@@ -19,7 +19,7 @@ from wanscope.profile.result import CPU_NOTE, cfg_note
 from wanscope.wan.cli import RANDOM_NOTE
 from wanscope.wan.sampler import FlowSampler
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU run; a GPU run profiles the 1.3B preset")
+pytestmark = pytest.mark.cpu_only(reason="a GPU run profiles the 1.3B preset")
 TINY = ["profile", "--preset", "tiny", "--profile-steps", "2"]
 
 

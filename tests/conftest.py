@@ -1,6 +1,7 @@
-"""Puts tests/ on sys.path (pytest's rootdir conftest) so tests can import ``shared_fixtures``;
-skips the tests marked ``gpu`` or ``cpu_only`` (pyproject.toml registers the markers) where
-the machine does not fit them, with the reason.
+"""Puts tests/ on sys.path (pytest's rootdir conftest) so tests in every folder can import the
+shared helpers beside it (``shared_fixtures``, ``hostile_cli``, ``synthetic_traces``); holds
+the fixtures they share (``embedded_db``); skips the tests marked ``gpu`` or ``cpu_only``
+(pyproject.toml registers the markers) where the machine does not fit them, with the reason.
 
 ``@pytest.mark.gpu`` needs a CUDA device, ``@pytest.mark.gpu(2)`` two of them (NCCL);
 ``@pytest.mark.cpu_only`` is the CPU run of something a CUDA machine runs otherwise (the
@@ -15,6 +16,7 @@ import functools
 import importlib.util
 
 import pytest
+from hostile_cli import EMBEDDED, run_cli
 
 
 @functools.cache
@@ -44,3 +46,13 @@ def pytest_collection_modifyitems(items):
         for mark in item.iter_markers("cpu_only"):
             if cuda_devices():
                 item.add_marker(pytest.mark.skipif(True, reason=f"the CPU run{_why(mark)}; CUDA is available here"))
+
+
+@pytest.fixture(scope="session")
+def embedded_db(tmp_path_factory):
+    """A database written by ``analyze --db`` from the embedded trace (read, never changed,
+    by the tests that take it: small and fast to open)."""
+    path = tmp_path_factory.mktemp("db") / "embedded.duckdb"
+    r = run_cli("analyze", EMBEDDED, "--db", path, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    return path

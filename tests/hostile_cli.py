@@ -1,4 +1,5 @@
-"""Helpers for the hostile-input tests: run the CLI in a subprocess (bounded in time and
+"""Helpers for the hostile-input tests (``test_*_hostile.py`` beside the tests of each command):
+run the CLI in a subprocess (bounded in time and
 address space, so a hang or a memory blow-up fails the test instead of the machine) and
 check the error contract: one line on stderr naming the file, exit code 2, no traceback."""
 
@@ -11,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 EMBEDDED = REPO / "src" / "wanscope" / "data" / "h200_diffusers_wan21_1p3b_eager_forward.json.gz"
 
 

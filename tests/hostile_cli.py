@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from shared_fixtures import HANG_S
+
 REPO = Path(__file__).resolve().parents[1]
 EMBEDDED = REPO / "src" / "wanscope" / "data" / "h200_diffusers_wan21_1p3b_eager_forward.json.gz"
 
@@ -23,13 +25,13 @@ def _limit_memory(limit_bytes: int):
     return apply
 
 
-def run_cli(*args, timeout: float = 60, memory_gb: float = 6, **kwargs) -> subprocess.CompletedProcess:
-    """``python -m wanscope ARGS`` with a wall-clock limit and an address-space limit."""
+def run_cli(*args, memory_gb: float = 6, **kwargs) -> subprocess.CompletedProcess:
+    """``python -m wanscope ARGS`` with a hang guard (``HANG_S``) and an address-space limit."""
     return subprocess.run(
         [sys.executable, "-m", "wanscope", *map(str, args)],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=HANG_S,
         preexec_fn=_limit_memory(int(memory_gb * (1 << 30))),
         **kwargs,
     )

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from hostile_cli import EMBEDDED, assert_one_line_error
+from shared_fixtures import HANG_S
 
 FULL = "/dev/full"  # every write fails with ENOSPC (Linux)
 
@@ -25,6 +26,6 @@ def test_a_full_standard_output_is_one_line_and_exit_1(args):
             stdout=full,
             stderr=subprocess.PIPE,
             text=True,
-            timeout=120,
+            timeout=HANG_S,
         )
     assert_one_line_error(r, "writing the output: No space left on device", code=1)

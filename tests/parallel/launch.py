@@ -12,7 +12,16 @@ import threading
 import time
 from pathlib import Path
 
+from shared_fixtures import HANG_S
+
 HERE = Path(__file__).resolve().parent
+
+# How late a rank may end after its cue (a peer killed or frozen, a timeout run out) on a loaded
+# machine: one that ends within a second or two on an idle one took 42 s on a busy 2-core one.
+# Every time bound of these tests has this much slack, and each test's --dist-timeout is chosen
+# so that the broken path (waiting out a --dist-timeout that should have been cut short, or the
+# default of 300 s where --dist-timeout should apply) lands beyond its bound.
+SLACK_S = 120.0
 
 
 def free_port() -> int:
@@ -101,7 +110,7 @@ def start_ranks(
     return out
 
 
-def run_ranks(args, world_size: int, timeout_s: float = 120, **kw) -> list[tuple[int, str]]:
+def run_ranks(args, world_size: int, timeout_s: float = HANG_S, **kw) -> list[tuple[int, str]]:
     """Run all ranks to completion: [(exit code, stderr)] in rank order."""
     ranks = start_ranks(args, world_size, **kw)
     try:

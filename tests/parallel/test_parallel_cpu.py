@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 
 from launch import HERE, free_port, run_ranks
 from parallel_worker import CFG, GUIDANCE, STEPS, tiny_inputs
+from shared_fixtures import HANG_S
 
 from wanscope.trace import open_traces
 from wanscope.wan import ranges
@@ -32,7 +33,7 @@ def reference():
 
 
 def run_worker(mode, out_dir, world_size=2):
-    results = run_ranks([str(HERE / "parallel_worker.py"), mode, str(out_dir)], world_size, module=None, timeout_s=180)
+    results = run_ranks([str(HERE / "parallel_worker.py"), mode, str(out_dir)], world_size, module=None)
     for code, err in results:
         assert code == 0, err
     return torch.load(out_dir / "latents.pt"), open_traces([out_dir])
@@ -207,7 +208,7 @@ def test_generate_under_torchrun_saves_the_single_process_latents(tmp_path, mode
         check=False,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=HANG_S,
     )
     assert single.returncode == 0, single.stderr
     r = subprocess.run(
@@ -232,7 +233,7 @@ def test_generate_under_torchrun_saves_the_single_process_latents(tmp_path, mode
         check=False,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=HANG_S,
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [str(tmp_path / f"two.{ext}") for ext in ("mp4", "png", "json", "pt")]

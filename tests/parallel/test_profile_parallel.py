@@ -17,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from launch import error_line, free_port, rank_env, run_ranks
+from shared_fixtures import HANG_S
 
 from wanscope.profile.result import CPU_NOTE, cfg_note
 from wanscope.trace import open_traces
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.cpu_only(reason="gloo; with CUDA each rank needs a GPU"
 TINY = ["profile", "--preset", "tiny", "--profile-steps", "1"]
 
 
-def torchrun(*args, timeout_s=240):
+def torchrun(*args, timeout_s=HANG_S):
     env = rank_env(0, 1, 0)
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key)  # torchrun sets them per rank
@@ -169,7 +170,7 @@ def test_parallel_refuses_what_it_cannot_run(tmp_path, extra, message):
         [sys.executable, "-m", "wanscope", *TINY, "--parallel", "cfg", *extra, "--out", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert r.returncode == 2
     assert error_line(r.stderr) == f"wanscope: error: {message}"
@@ -181,7 +182,7 @@ def test_without_a_launcher_or_without_parallel_one_line(tmp_path):
         [sys.executable, "-m", "wanscope", *TINY, "--parallel", "cfg", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert r.returncode == 2
     assert error_line(r.stderr).startswith("wanscope: error: --parallel cfg needs a launcher: run it as `torchrun")
@@ -190,7 +191,7 @@ def test_without_a_launcher_or_without_parallel_one_line(tmp_path):
         env=rank_env(1, 2, free_port()),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert r.returncode == 2
     assert error_line(r.stderr) == (
@@ -200,9 +201,8 @@ def test_without_a_launcher_or_without_parallel_one_line(tmp_path):
 
 def test_ranks_started_with_different_options_end_with_one_line(tmp_path):
     results = run_ranks(
-        [*TINY, "--parallel", "cfg", "--dist-timeout", "30", "--out", str(tmp_path)],
+        [*TINY, "--parallel", "cfg", "--dist-timeout", "300", "--out", str(tmp_path)],
         2,
-        timeout_s=120,
         per_rank_args={1: ["--warmup", "2"]},
     )
     for code, err in results:

@@ -38,6 +38,6 @@ def test_prepare_out_dir_refuses(tmp_path, setup, out, problem):
 
 def test_profile_refuses_an_out_folder_under_a_file_before_any_work(tmp_path):
     (tmp_path / "f").write_text("x")
-    r = run_cli("profile", "--preset", "tiny", "--out", tmp_path / "f" / "sub", timeout=120)
+    r = run_cli("profile", "--preset", "tiny", "--out", tmp_path / "f" / "sub")
     assert_one_line_error(r, "f: exists and is not a directory")
     assert "RANDOM WEIGHTS" not in r.stderr  # refused before the run announced itself

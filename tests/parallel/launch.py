@@ -24,24 +24,44 @@ HERE = Path(__file__).resolve().parent
 SLACK_S = 120.0
 
 
+def run_main(args, capsys, monkeypatch, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """``wanscope ARGS`` in this process, with ``env`` set (torchrun's variables): (exit code,
+    stderr). For a run refused before any work or rendezvous, where a process of its own would
+    only add its start (torch's import, seconds on a loaded machine) to the check."""
+    from wanscope.cli import main
+
+    for key, value in (env or {}).items():
+        monkeypatch.setenv(key, value)
+    capsys.readouterr()
+    try:
+        main([str(a) for a in args])
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
+def torchrun_env(rank: int, world_size: int, port: int) -> dict[str, str]:
+    """The variables torchrun sets for ``rank``."""
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
+
+
 def rank_env(rank: int, world_size: int, port: int) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        LOCAL_WORLD_SIZE=str(world_size),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        OMP_NUM_THREADS="1",
-    )
-    return env
+    """This process's environment with torchrun's variables for ``rank``, one thread per rank."""
+    return {**os.environ, **torchrun_env(rank, world_size, port), "OMP_NUM_THREADS": "1"}
 
 
 class Rank:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
 import sys
 import time
 
@@ -20,7 +19,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from launch import HERE, SLACK_S, Rank, error_line, free_port, rank_env, run_ranks, start_ranks
+from launch import HERE, SLACK_S, Rank, error_line, free_port, rank_env, run_main, run_ranks, start_ranks, torchrun_env
 from shared_fixtures import HANG_S
 
 from wanscope.errors import UsageError
@@ -65,17 +64,6 @@ def test_heads_that_do_not_split_name_the_degrees_that_do():
     )
 
 
-def one_rank(args, rank, world_size, port=29999, timeout_s=HANG_S):
-    return subprocess.run(
-        [sys.executable, "-m", "wanscope", *args],
-        check=False,
-        env=rank_env(rank, world_size, port),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
-
-
 @pytest.mark.parametrize(
     "preset, world, message",
     [
@@ -87,7 +75,9 @@ def one_rank(args, rank, world_size, port=29999, timeout_s=HANG_S):
         ),
     ],
 )
-def test_generate_rejects_heads_that_do_not_split_before_starting(tmp_path, preset, world, message):
+def test_generate_rejects_heads_that_do_not_split_before_starting(
+    tmp_path, capsys, monkeypatch, preset, world, message
+):
     args = [
         "generate",
         "--preset",
@@ -100,9 +90,11 @@ def test_generate_rejects_heads_that_do_not_split_before_starting(tmp_path, pres
         "--out",
         str(tmp_path / "x.mp4"),
     ]
-    r = one_rank(args, 0, world)  # no other rank exists: the check runs before any rendezvous
-    assert r.returncode == 2
-    assert error_line(r.stderr) == f"wanscope: error: {message}"
+    # rank 0 of `world` (in this process: refused before any work); no other rank exists: the
+    # check runs before any rendezvous
+    code, err = run_main(args, capsys, monkeypatch, torchrun_env(0, world, 29999))
+    assert code == 2
+    assert error_line(err) == f"wanscope: error: {message}"
     assert list(tmp_path.iterdir()) == []
 
 
@@ -114,25 +106,23 @@ def test_generate_rejects_heads_that_do_not_split_before_starting(tmp_path, pres
         (["--parallel", "cfg", "--guidance", "1"], 2, "CFG parallel needs guidance > 1"),
     ],
 )
-def test_bad_launches_fail_at_once(tmp_path, args, env_world, message):
+def test_bad_launches_fail_at_once(tmp_path, capsys, monkeypatch, args, env_world, message):
     started = time.monotonic()
-    r = one_rank([*TINY, *args, "--out", str(tmp_path / "x.mp4")], 0, env_world)
-    assert r.returncode == 2
-    assert message in error_line(r.stderr)
+    code, err = run_main(
+        [*TINY, *args, "--out", str(tmp_path / "x.mp4")], capsys, monkeypatch, torchrun_env(0, env_world, 29999)
+    )
+    assert code == 2
+    assert message in error_line(err)
     # before any rendezvous: one would wait for the other ranks the default --dist-timeout
     assert time.monotonic() - started < SLACK_S < DEFAULT_TIMEOUT_S
 
 
-def test_parallel_without_a_launcher(tmp_path):
-    r = subprocess.run(
-        [sys.executable, "-m", "wanscope", *TINY, "--parallel", "ulysses", "--out", str(tmp_path / "x.mp4")],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=HANG_S,
-    )
-    assert r.returncode == 2
-    assert error_line(r.stderr).startswith(
+def test_parallel_without_a_launcher(tmp_path, capsys, monkeypatch):
+    for key in torchrun_env(0, 1, 0):
+        monkeypatch.delenv(key, raising=False)
+    code, err = run_main([*TINY, "--parallel", "ulysses", "--out", str(tmp_path / "x.mp4")], capsys, monkeypatch)
+    assert code == 2
+    assert error_line(err).startswith(
         "wanscope: error: --parallel ulysses needs a launcher: run it as `torchrun --nproc-per-node N -m wanscope ...` "
         "(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT not set)"
     )

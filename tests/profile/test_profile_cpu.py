@@ -4,8 +4,10 @@ and with ``--legacy-step-lookup`` one would-be sync per step at the sampler's ``
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import inspect
+import io
 import json
 import subprocess
 import sys
@@ -23,8 +25,19 @@ pytestmark = pytest.mark.cpu_only(reason="a GPU run profiles the 1.3B preset")
 TINY = ["profile", "--preset", "tiny", "--profile-steps", "2"]
 
 
-def wanscope(*args):
-    return subprocess.run([sys.executable, "-m", "wanscope", *args], capture_output=True, text=True)
+def wanscope(*args) -> subprocess.CompletedProcess:
+    """``wanscope ARGS`` through the entry point in this process: the command end to end, without
+    a process of its own, whose start (torch's and transformers' imports) was half of a run."""
+    from wanscope.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as e:
+            code = e.code
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def run_profile(out, *extra):

@@ -1,4 +1,5 @@
-"""Where the real fixtures live, and skipping when they are absent (imported by tests)."""
+"""Where the real fixtures live, and skipping when they are absent; the hang guard of the tests'
+subprocesses (imported by tests)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ from wanscope.data import DEFAULT_TRACE_NAME, default_trace
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
+
+# The ``timeout=`` of the tests' subprocesses (the CLI, torchrun, Chromium): a hang guard, not a
+# time limit. The slowest of them (torchrun, compare-modes) take about 20 s on a loaded 2-core
+# machine; this is many times that, so that only a hang reaches it, and fails the test instead of
+# stalling the suite.
+HANG_S = 300.0
 
 
 # Fixtures that ship inside the package too (our own H200 capture): a byte-identical copy,

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from shared_fixtures import REPO, shared_fixture
+from shared_fixtures import HANG_S, REPO, shared_fixture
 
 H200 = "kineto/h200_diffusers_wan21_1p3b_eager_forward.json.gz"
 EMBEDDED = REPO / "src" / "wanscope" / "data" / "h200_diffusers_wan21_1p3b_eager_forward.json.gz"
@@ -131,7 +131,7 @@ def test_a_closed_pipe_ends_quietly_with_exit_0(args):
     first = p.stdout.readline()
     p.stdout.close()
     err = p.stderr.read()
-    assert p.wait(timeout=120) == 0, err.decode()
+    assert p.wait(timeout=HANG_S) == 0, err.decode()
     assert first and err == b""
 
 

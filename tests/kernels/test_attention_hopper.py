@@ -26,6 +26,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kernel_checks import rel_l2
+from shared_fixtures import HANG_S
 
 from wanscope.kernels import attention_hopper as hopper
 from wanscope.wan.attention import AttentionBackend, parse_backend, resolve_backend
@@ -33,14 +34,15 @@ from wanscope.wan.attention import AttentionBackend, parse_backend, resolve_back
 BF16, FP16 = torch.bfloat16, torch.float16
 
 
-def _reason() -> str | None:
-    if not torch.cuda.is_available():
-        return "needs CUDA"
-    return hopper.unsupported_device(torch.device("cuda"))
+# Why this machine's GPU cannot run the kernel (None where it can, and where there is no GPU:
+# the ``gpu`` marker skips those tests first).
+_UNSUPPORTED = hopper.unsupported_device(torch.device("cuda")) if torch.cuda.is_available() else None
+_kernel_runs = pytest.mark.skipif(_UNSUPPORTED is not None, reason=f"attention_hopper: {_UNSUPPORTED}")
 
 
-_SKIP = _reason()
-needs_sm90 = pytest.mark.skipif(_SKIP is not None, reason=f"attention_hopper: {_SKIP}")
+def needs_sm90(test):
+    """A GPU test (the ``gpu`` marker) on a device the kernel runs on (sm_90, Gluon's Hopper module)."""
+    return pytest.mark.gpu(_kernel_runs(test))
 
 
 # --- CPU: checks and selection ---------------------------------------------------------------
@@ -157,7 +159,7 @@ def test_auto_on_cpu_imports_no_triton():
         "attention(q, q, q, AttentionBackend.AUTO)\n"
         "assert 'triton' not in sys.modules, 'triton imported'\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=HANG_S)
 
 
 def test_dit_auto_on_cpu_is_sdpa():

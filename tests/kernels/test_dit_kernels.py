@@ -91,7 +91,7 @@ def test_compiled_blocks_match_eager():
     assert rel_l2(compiled, eager) <= 1e-6
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 def test_cuda_gelu_epilogue_is_tanh():
     """Zero input: the GEMM output is the bias, so the epilogue's GELU is seen exactly (fp32)."""
     from wanscope.wan.fused import linear_gelu_tanh

@@ -194,7 +194,7 @@ def _scaled_mm_check(out, x8, sx, w8, sw, bias):
     return worst, rel / rel_bound, diag
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="_scaled_mm needs CUDA")
+@pytest.mark.gpu(reason="_scaled_mm")
 @pytest.mark.parametrize("fast_accum", [False, True], ids=["accum", "fast-accum"])
 def test_scaled_mm_against_float64(fast_accum):
     g = torch.Generator().manual_seed(5)

@@ -12,7 +12,33 @@ import threading
 import time
 from pathlib import Path
 
+from shared_fixtures import HANG_S
+
 HERE = Path(__file__).resolve().parent
+
+# How late a rank may end after its cue (a peer killed or frozen, a timeout run out) on a loaded
+# machine: one that ends within a second or two on an idle one took 42 s on a busy 2-core one.
+# Every time bound of these tests has this much slack, and each test's --dist-timeout is chosen
+# so that the broken path (waiting out a --dist-timeout that should have been cut short, or the
+# default of 300 s where --dist-timeout should apply) lands beyond its bound.
+SLACK_S = 120.0
+
+
+def run_main(args, capsys, monkeypatch, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """``wanscope ARGS`` in this process, with ``env`` set (torchrun's variables): (exit code,
+    stderr). For a run refused before any work or rendezvous, where a process of its own would
+    only add its start (torch's import, seconds on a loaded machine) to the check."""
+    from wanscope.cli import main
+
+    for key, value in (env or {}).items():
+        monkeypatch.setenv(key, value)
+    capsys.readouterr()
+    try:
+        main([str(a) for a in args])
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err
 
 
 def free_port() -> int:
@@ -21,18 +47,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def torchrun_env(rank: int, world_size: int, port: int) -> dict[str, str]:
+    """The variables torchrun sets for ``rank``."""
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
+
+
 def rank_env(rank: int, world_size: int, port: int) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        LOCAL_WORLD_SIZE=str(world_size),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        OMP_NUM_THREADS="1",
-    )
-    return env
+    """This process's environment with torchrun's variables for ``rank``, one thread per rank."""
+    return {**os.environ, **torchrun_env(rank, world_size, port), "OMP_NUM_THREADS": "1"}
 
 
 class Rank:
@@ -101,7 +130,7 @@ def start_ranks(
     return out
 
 
-def run_ranks(args, world_size: int, timeout_s: float = 120, **kw) -> list[tuple[int, str]]:
+def run_ranks(args, world_size: int, timeout_s: float = HANG_S, **kw) -> list[tuple[int, str]]:
     """Run all ranks to completion: [(exit code, stderr)] in rank order."""
     ranks = start_ranks(args, world_size, **kw)
     try:

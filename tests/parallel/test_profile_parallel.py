@@ -16,17 +16,18 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from launch import error_line, free_port, rank_env, run_ranks
+from launch import error_line, free_port, rank_env, run_main, run_ranks, torchrun_env
+from shared_fixtures import HANG_S
 
 from wanscope.profile.result import CPU_NOTE, cfg_note
 from wanscope.trace import open_traces
 from wanscope.wan import ranges
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU (gloo) run; with CUDA each rank needs a GPU")
+pytestmark = pytest.mark.cpu_only(reason="gloo; with CUDA each rank needs a GPU")
 TINY = ["profile", "--preset", "tiny", "--profile-steps", "1"]
 
 
-def torchrun(*args, timeout_s=240):
+def torchrun(*args, timeout_s=HANG_S):
     env = rank_env(0, 1, 0)
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key)  # torchrun sets them per rank
@@ -164,45 +165,32 @@ def test_rank_0_alone_prints_the_report(cfg_run):
         (["--cfg", "batched"], "CFG parallel runs each branch on its own rank; --cfg batched does not apply"),
     ],
 )
-def test_parallel_refuses_what_it_cannot_run(tmp_path, extra, message):
-    r = subprocess.run(
-        [sys.executable, "-m", "wanscope", *TINY, "--parallel", "cfg", *extra, "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 2
-    assert error_line(r.stderr) == f"wanscope: error: {message}"
+def test_parallel_refuses_what_it_cannot_run(tmp_path, capsys, monkeypatch, extra, message):
+    # in this process: refused before any work
+    code, err = run_main([*TINY, "--parallel", "cfg", *extra, "--out", tmp_path], capsys, monkeypatch)
+    assert code == 2
+    assert error_line(err) == f"wanscope: error: {message}"
     assert list(tmp_path.iterdir()) == []
 
 
-def test_without_a_launcher_or_without_parallel_one_line(tmp_path):
-    r = subprocess.run(
-        [sys.executable, "-m", "wanscope", *TINY, "--parallel", "cfg", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 2
-    assert error_line(r.stderr).startswith("wanscope: error: --parallel cfg needs a launcher: run it as `torchrun")
-    r = subprocess.run(
-        [sys.executable, "-m", "wanscope", *TINY, "--out", str(tmp_path)],
-        env=rank_env(1, 2, free_port()),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 2
-    assert error_line(r.stderr) == (
+def test_without_a_launcher_or_without_parallel_one_line(tmp_path, capsys, monkeypatch):
+    # in this process: refused before any work
+    for key in torchrun_env(0, 1, 0):
+        monkeypatch.delenv(key, raising=False)
+    code, err = run_main([*TINY, "--parallel", "cfg", "--out", tmp_path], capsys, monkeypatch)
+    assert code == 2
+    assert error_line(err).startswith("wanscope: error: --parallel cfg needs a launcher: run it as `torchrun")
+    code, err = run_main([*TINY, "--out", tmp_path], capsys, monkeypatch, torchrun_env(1, 2, free_port()))
+    assert code == 2
+    assert error_line(err) == (
         "wanscope: error: launched as 2 processes without --parallel; give --parallel cfg|ulysses|cfg+ulysses"
     )
 
 
 def test_ranks_started_with_different_options_end_with_one_line(tmp_path):
     results = run_ranks(
-        [*TINY, "--parallel", "cfg", "--dist-timeout", "30", "--out", str(tmp_path)],
+        [*TINY, "--parallel", "cfg", "--dist-timeout", "300", "--out", str(tmp_path)],
         2,
-        timeout_s=120,
         per_rank_args={1: ["--warmup", "2"]},
     )
     for code, err in results:

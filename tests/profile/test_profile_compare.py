@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
 from wanscope.trace import open_traces
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU run")
+pytestmark = pytest.mark.cpu_only
 
 
 @pytest.fixture(scope="module")

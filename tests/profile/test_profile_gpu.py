@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from wanscope.profile.result import PROFILER_SYNC_NOTE
 from wanscope.wan.sampler import FlowSampler
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+pytestmark = pytest.mark.gpu
 TINY = ["profile", "--preset", "tiny", "--profile-steps", "2"]
 
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from shared_fixtures import shared_fixture
+from shared_fixtures import HANG_S, shared_fixture
 
 REPO = Path(__file__).resolve().parents[2]
 H200 = "kineto/h200_diffusers_wan21_1p3b_eager_forward.json.gz"
@@ -65,7 +65,7 @@ def test_report_renders_in_chromium(report_dir, tmp_path):
     url = (report_dir / "report.html").as_uri()
     profile = ["--user-data-dir=" + str(tmp_path / "profile")]
     dom = subprocess.run(
-        [exe, *CHROMIUM_FLAGS, *profile, "--dump-dom", url], capture_output=True, text=True, timeout=120
+        [exe, *CHROMIUM_FLAGS, *profile, "--dump-dom", url], capture_output=True, text=True, timeout=HANG_S
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
     console_errors = [
@@ -85,7 +85,7 @@ def test_report_renders_in_chromium(report_dir, tmp_path):
         [exe, *CHROMIUM_FLAGS, *profile, "--window-size=1400,5000", f"--screenshot={shot}", url],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert r.returncode == 0 and shot.stat().st_size > 50_000
 

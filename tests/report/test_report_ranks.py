@@ -12,7 +12,7 @@ import sys
 
 import pytest
 from rich.console import Console
-from shared_fixtures import shared_fixture
+from shared_fixtures import HANG_S, shared_fixture
 
 from wanscope.analysis.summary import analyze
 from wanscope.report.text import render_analysis
@@ -82,7 +82,7 @@ def test_html_shows_the_ranks_section(tmp_path):
         [sys.executable, "-m", "wanscope", "report", str(shared_fixture(FIXTURE)), "--out", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert r.returncode == 0, r.stderr
     ranks = json.loads((tmp_path / "report.json").read_text())["ranks"]

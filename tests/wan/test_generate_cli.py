@@ -265,7 +265,7 @@ def test_generate_from_diffusers_layout_checkpoint(tmp_path, diffusers_dit):
     assert reader.__next__()["size"] == (32, 32) and len(list(reader)) == 5
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU default")
+@pytest.mark.cpu_only(reason="the CPU default")
 def test_random_weights_on_a_cpu_default_to_the_tiny_preset(tmp_path):
     out = tmp_path / "x.mp4"
     r = wanscope("generate", "--random-weights", "--prompt", "a cat", "--steps", "1", "--out", str(out))

@@ -121,7 +121,7 @@ def test_window_of_steps_with_callback_equals_full_run():
     assert torch.equal(x, full)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 def test_cuda_loop_runs_under_sync_debug_error():
     dit, noise, cond, uncond = tiny_loop_inputs("cuda")
     sampler = FlowSampler(flow_schedule(STEPS, 5.0))

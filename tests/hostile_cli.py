@@ -1,4 +1,5 @@
-"""Helpers for the hostile-input tests: run the CLI in a subprocess (bounded in time and
+"""Helpers for the hostile-input tests (``test_*_hostile.py`` beside the tests of each command):
+run the CLI in a subprocess (bounded in time and
 address space, so a hang or a memory blow-up fails the test instead of the machine) and
 check the error contract: one line on stderr naming the file, exit code 2, no traceback."""
 
@@ -11,7 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from shared_fixtures import HANG_S
+
+REPO = Path(__file__).resolve().parents[1]
 EMBEDDED = REPO / "src" / "wanscope" / "data" / "h200_diffusers_wan21_1p3b_eager_forward.json.gz"
 
 
@@ -22,13 +25,13 @@ def _limit_memory(limit_bytes: int):
     return apply
 
 
-def run_cli(*args, timeout: float = 60, memory_gb: float = 6, **kwargs) -> subprocess.CompletedProcess:
-    """``python -m wanscope ARGS`` with a wall-clock limit and an address-space limit."""
+def run_cli(*args, memory_gb: float = 6, **kwargs) -> subprocess.CompletedProcess:
+    """``python -m wanscope ARGS`` with a hang guard (``HANG_S``) and an address-space limit."""
     return subprocess.run(
         [sys.executable, "-m", "wanscope", *map(str, args)],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=HANG_S,
         preexec_fn=_limit_memory(int(memory_gb * (1 << 30))),
         **kwargs,
     )

@@ -15,6 +15,7 @@ import time
 import duckdb
 import pytest
 from hostile_cli import EMBEDDED, REPO, assert_one_line_error, gzip_stream, kernel, run_cli, write_lines, write_minified
+from shared_fixtures import HANG_S
 
 
 def analyze_json(path) -> dict:
@@ -85,12 +86,12 @@ def test_a_step_range_that_selects_no_step_says_which_steps_there_are(trace, ste
 def test_fifo_is_refused_without_hanging(tmp_path):
     fifo = tmp_path / "trace.json"
     os.mkfifo(fifo)
-    assert_one_line_error(run_cli("analyze", fifo, timeout=20), fifo, "not a regular file")
+    assert_one_line_error(run_cli("analyze", fifo), fifo, "not a regular file")
 
 
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/null"])
 def test_devices_are_refused(device):
-    assert_one_line_error(run_cli("analyze", device, timeout=20), device, "not a regular file")
+    assert_one_line_error(run_cli("analyze", device), device, "not a regular file")
 
 
 def test_symlink_loop_says_so(tmp_path):
@@ -142,7 +143,7 @@ def test_unreadable_file_as_another_user(tmp_path_factory):
             ],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=HANG_S,
             cwd=d,
         )
         assert_one_line_error(r, trace, "not readable")
@@ -209,7 +210,7 @@ def test_db_that_is_a_fifo_is_refused(tmp_path):
     # the system's device with a regular file (never test that on the real one).
     fifo = tmp_path / "null"
     os.mkfifo(fifo)
-    assert_one_line_error(run_cli("analyze", EMBEDDED, "--db", fifo, timeout=30), fifo, "not a regular file")
+    assert_one_line_error(run_cli("analyze", EMBEDDED, "--db", fifo), fifo, "not a regular file")
     assert fifo.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == ["null"]
 
 
@@ -250,7 +251,7 @@ def test_trace_events_not_a_list(tmp_path, content):
 def test_deep_nesting_is_refused_quickly(tmp_path, content):
     path = tmp_path / "deep.json"
     path.write_bytes(content)
-    assert_one_line_error(run_cli("analyze", path, timeout=30, memory_gb=3), path, "nested")
+    assert_one_line_error(run_cli("analyze", path, memory_gb=3), path, "nested")
 
 
 @pytest.mark.parametrize("layout", ["lines", "native"])
@@ -273,12 +274,10 @@ def test_deep_nesting_in_our_layouts_is_read_quickly(tmp_path, layout):
         content = b'{\n  "traceEvents": [\n' + b",\n".join(blocks) + b"\n  ]\n}\n"
     path = tmp_path / "deep.json"
     path.write_bytes(content)
-    t = time.monotonic()
-    r = run_cli("analyze", path, "--format", "json", timeout=30, memory_gb=3)
+    r = run_cli("analyze", path, "--format", "json", memory_gb=3)
     assert r.returncode == 0 and r.stderr == "", r.stderr[-2000:]
     doc = json.loads(r.stdout)
     assert doc["sources"][0]["events"] == 2 and doc["devices"][0]["kernel_count"] == 1 and doc["warnings"] == {}
-    assert time.monotonic() - t < 20
 
 
 def test_array_top_level(tmp_path):
@@ -313,9 +312,7 @@ def test_array_top_level(tmp_path):
 def test_gzip_bombs(tmp_path, head, unit, tail, problem):
     bomb = gzip_stream(tmp_path / "bomb.json.gz", head, unit, 1 << 30, tail)
     assert bomb.stat().st_size < 4 << 20
-    t = time.monotonic()
-    assert_one_line_error(run_cli("analyze", bomb, timeout=60, memory_gb=3), bomb, problem)
-    assert time.monotonic() - t < 30
+    assert_one_line_error(run_cli("analyze", bomb, memory_gb=3), bomb, problem)
 
 
 def test_huge_event_in_native_layout(tmp_path):
@@ -325,7 +322,7 @@ def test_huge_event_in_native_layout(tmp_path):
         for _ in range(160):
             f.write(b"a" * (1 << 20))
         f.write(b'"\n  }\n  ]\n}\n')
-    assert_one_line_error(run_cli("analyze", path, timeout=60, memory_gb=3), path, "larger than")
+    assert_one_line_error(run_cli("analyze", path, memory_gb=3), path, "larger than")
 
 
 # --- per-record problems: counted, never fatal --------------------------------------------
@@ -461,7 +458,7 @@ def test_ctrl_c_as_the_interpreter_exits_prints_no_traceback():
         [sys.executable, "-c", code, "analyze", EMBEDDED, "--format", "json"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert r.returncode == 0 and r.stderr == "", r.stderr
     assert json.loads(r.stdout)["devices"]
@@ -480,14 +477,14 @@ def big_trace(tmp_path_factory):
     return path
 
 
-def interrupt_when(proc, ready, deadline=30.0, settle=0.3, signum=signal.SIGINT):
+def interrupt_when(proc, ready, deadline=HANG_S, settle=0.3, signum=signal.SIGINT):
     """Send ``signum`` once ``ready()`` is true (the run is past its start), then wait."""
     t = time.monotonic()
     while not ready() and proc.poll() is None and time.monotonic() - t < deadline:
         time.sleep(0.02)
     time.sleep(settle)
     proc.send_signal(signum)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=HANG_S)
     return proc.returncode, err
 
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from shared_fixtures import HANG_S
 from synthetic_traces import base_and_new
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +41,7 @@ def test_diff_page_renders(tmp_path):
     assert r.returncode == 0, r.stderr
     profile = ["--user-data-dir=" + str(tmp_path / "profile")]
     dom = subprocess.run(
-        [exe, *FLAGS, *profile, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+        [exe, *FLAGS, *profile, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=HANG_S
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert [ln for ln in dom.stderr.splitlines() if "CONSOLE" in ln and re.search(r"error|uncaught", ln, re.I)] == []
@@ -62,6 +63,6 @@ def test_diff_page_renders(tmp_path):
         [exe, *FLAGS, *profile, "--window-size=1400,3000", f"--screenshot={shot}", page.as_uri()],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert r.returncode == 0 and shot.stat().st_size > 50_000

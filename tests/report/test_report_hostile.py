@@ -13,6 +13,7 @@ import time
 
 import pytest
 from hostile_cli import EMBEDDED, assert_one_line_error, kernel, run_cli
+from shared_fixtures import HANG_S
 
 
 def names(d):
@@ -44,7 +45,7 @@ def test_report_file_that_is_not_a_regular_file(tmp_path, kind):
         target.mkdir()
     else:
         os.mkfifo(target)
-    assert_one_line_error(run_cli("report", EMBEDDED, "--out", tmp_path, timeout=60), target)
+    assert_one_line_error(run_cli("report", EMBEDDED, "--out", tmp_path), target)
     assert names(tmp_path) == ["report.html"]  # and no report.json without its page
     assert target.is_dir() if kind == "directory" else target.is_fifo()
 
@@ -113,7 +114,7 @@ def test_ctrl_c_leaves_no_partial_report(tmp_path, busy_trace, fraction):
     )
     time.sleep(seconds * fraction)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=HANG_S)
     assert "Traceback" not in err, err
     # finished (0), interrupted (130), or the signal came as the interpreter exited (-2)
     assert proc.returncode in (0, 130, -signal.SIGINT), err

@@ -8,6 +8,7 @@ import json
 
 import pytest
 from hostile_cli import EMBEDDED, assert_one_line_error, run_cli
+from shared_fixtures import HANG_S
 
 
 def query(db, sql, *args, **kwargs):
@@ -38,7 +39,7 @@ def query(db, sql, *args, **kwargs):
 def test_sql_cannot_reach_outside_the_trace(tmp_path, embedded_db, make_sql, source):
     target = tmp_path / "out"
     target.mkdir()
-    r = query(EMBEDDED if source == "trace" else embedded_db, make_sql(target), timeout=30)
+    r = query(EMBEDDED if source == "trace" else embedded_db, make_sql(target))
     assert_one_line_error(r, "SQL error")
     assert list(target.iterdir()) == []
 
@@ -108,14 +109,13 @@ def test_large_result_streams_in_bounded_memory(embedded_db, fmt):
         "--format",
         fmt,
         memory_gb=1.2,
-        timeout=180,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count("\n") >= 8_000_000
 
 
 def test_table_refuses_a_result_too_large_to_draw(embedded_db):
-    assert_one_line_error(query(embedded_db, "SELECT * FROM range(100000000000)", timeout=60), "--format csv")
+    assert_one_line_error(query(embedded_db, "SELECT * FROM range(100000000000)"), "--format csv")
 
 
 # --- schema -------------------------------------------------------------------------------
@@ -143,6 +143,6 @@ def test_output_to_a_closed_pipe(embedded_db, command):
         shell=True,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert p.stderr == "", p.stderr[-2000:]

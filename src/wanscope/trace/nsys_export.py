@@ -1,6 +1,6 @@
 """What an Nsight Systems SQLite export holds: its schema version, tables, columns and enums.
 
-Exports from 2021 to 2026 differ (the test fixtures hold one schema per version: ``tests/nsys``): a table is
+Exports from 2021 to 2026 differ (the test fixtures hold one schema per version, read by ``tests/trace/test_nsys_ingest.py``): a table is
 written only when it has data, columns are added over time, the export metadata table
 was ``EXPORT_META_DATA`` (2023.2) then ``META_DATA_EXPORT`` (2023.3 on) and is absent
 before, and the ``ENUM_*`` label tables first appear in 2023. Readers ask this module

@@ -162,6 +162,11 @@ def profile(
     cuda = torch.cuda.is_available()
     dist_timeout = engine.pop("dist_timeout")  # the ranks' setup's, not the resolved options'
     parallel = engine["parallel"]
+    if parallel and (nsys or ncu or compare_compile):
+        raise UsageError(
+            f"--parallel captures each rank with torch.profiler: not with "
+            f"--{'nsys' if nsys else 'ncu' if ncu else 'compare-compile'}"
+        )
     opts = resolve(
         torch.cuda.device_count(),
         warmup=warmup,
@@ -173,11 +178,6 @@ def profile(
     if child:
         run_child(opts, child, run_info)
         return
-    if parallel and (nsys or ncu or compare_compile):
-        raise UsageError(
-            f"--parallel captures each rank with torch.profiler: not with "
-            f"--{'nsys' if nsys else 'ncu' if ncu else 'compare-compile'}"
-        )
     if compare_compile:
         from wanscope.profile.compare import check
 

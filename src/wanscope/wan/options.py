@@ -350,12 +350,12 @@ def resolve_engine(
         req.validate(config.vae.stride, dit.patch_size)
     if fast_config is not None:
         fast_config.check_blocks(dit.num_layers)
+    if cfg_parallel:
+        check_cfg_parallel(req.guidance, req.cfg)
     if parallel is not None:  # before any rank waits for another, or any output folder is made
         check_launcher(parallel)
         cfg_degree, ulysses_degree = degrees(parallel, int(os.environ["WORLD_SIZE"]))
         check_heads(dit.num_heads, ulysses_degree, cfg_degree)
-    if cfg_parallel:
-        check_cfg_parallel(req.guidance, req.cfg)
     import torch
 
     from wanscope.wan.attention import check_backend, parse_backend

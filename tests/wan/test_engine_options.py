@@ -199,7 +199,7 @@ def test_require_triton(monkeypatch):
         ({"shift": float("nan")}, "shift must be a finite number > 0, got nan"),
         ({"guidance": float("inf")}, "guidance must be a finite number >= 0, got inf"),
         ({"seed": 10**23}, "seed must fit in 64 bits"),
-        ({"steps": 10**20}, "steps must be <= 10,000"),
+        ({"steps": 10**20}, "steps must be <= 1,000,000"),
         ({"size": "16400x16"}, "--size '16400x16': at most 16384 pixels a side"),
         ({"size": "\uff16\uff14x\uff16\uff14"}, "--size '\uff16\uff14x\uff16\uff14': expected WIDTHxHEIGHT"),
         ({"size": ""}, "--size '': expected WIDTHxHEIGHT"),

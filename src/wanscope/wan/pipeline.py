@@ -42,7 +42,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 # A bound on the schedule's length, far past any sampler's use (the official default is 50):
 # larger counts only overflow the schedule's integer timesteps.
-MAX_STEPS = 10_000
+MAX_STEPS = 1_000_000
 
 
 @dataclass(frozen=True)

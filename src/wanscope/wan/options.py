@@ -263,24 +263,15 @@ def resolve_engine(
     weights_required: bool = False,
     compare_modes: bool = False,
     preset: str | None = None,
-    negative_prompt: str | None = None,
-    size: str | None = None,
-    frames: int | None = None,
-    steps: int | None = None,
-    guidance: float | None = None,
-    shift: float | None = None,
-    seed: int | None = None,
-    solver: str | None = None,
-    cfg: str | None = None,
     attention: str = "auto",
     kernels: str = "auto",
     mode: str = "exact",
     fast: str | None = None,
     device: str | None = None,
     dtype: str | None = None,
-    legacy_step_lookup: bool = False,
     parallel: str | None = None,
     dist_timeout: float = DEFAULT_TIMEOUT_S,
+    **sampling,
 ) -> EngineOptions:
     """Parse, fill in the defaults and check the engine's options against each other and this
     machine, before any model loads.
@@ -296,7 +287,9 @@ def resolve_engine(
         compare_modes: for ``compare-modes``, which runs both modes and has no ``--parallel``
             (its messages say so).
         fast: the fast mode's spec over its defaults (``FastConfig.parse``), with ``mode="fast"``.
-        Others: as the command-line options; None takes the preset's value.
+        sampling: ``build_request``'s keywords (negative_prompt, size, frames, steps, guidance,
+            shift, seed, solver, cfg, legacy_step_lookup); None takes the preset's value.
+        Others: as the command-line options.
 
     Raises:
         UsageError: both or (with ``weights_required``) neither of checkpoint and random weights,
@@ -327,20 +320,7 @@ def resolve_engine(
     if dtype is not None and dtype not in DTYPE_CHOICES:
         raise UsageError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_CHOICES)}")
     dtype = dtype or ("bf16" if cuda else "fp32")
-    req = build_request(
-        config,
-        prompt,
-        negative_prompt=negative_prompt,
-        size=size,
-        frames=frames,
-        steps=steps,
-        guidance=guidance,
-        shift=shift,
-        seed=seed,
-        solver=solver,
-        cfg=cfg,
-        legacy_step_lookup=legacy_step_lookup,
-    )
+    req = build_request(config, prompt, **sampling)
     cfg_parallel = parallel is not None and parallel != "ulysses"
     cfg_auto = req.cfg == "auto"
     req = req.with_cfg_resolved(config, cfg_parallel)

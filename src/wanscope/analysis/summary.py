@@ -46,7 +46,7 @@ def run_notes(con) -> list[str]:
             note = orjson.loads(text).get("note")
         except (orjson.JSONDecodeError, AttributeError):
             continue
-        if note and note not in notes:
+        if isinstance(note, str) and note and note not in notes:
             notes.append(note)
     return notes
 

@@ -254,6 +254,37 @@ def _read_bounded(f, limit: int, path: Path, what: str) -> bytes:
     return data
 
 
+def _loads(text: bytes):
+    """Parse JSON ``text`` (the top-level keys besides traceEvents, small), any JSON value
+    allowed, exactly: Python's parser, which keeps integers beyond 64 bits (orjson turns
+    them into floats) and takes numbers beyond a double's range (as infinity).
+
+    Raises:
+        ValueError: ``text`` is not JSON (``NaN`` and ``Infinity`` included, as the
+            streaming parser refuses them).
+        _TooDeep: nested deeper than Python's parser recurses.
+    """
+    try:
+        return json.loads(text, parse_constant=_not_json)
+    except RecursionError:
+        raise _TooDeep from None
+
+
+def _not_json(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _meta_text(value) -> str:
+    """A top-level key's value as the ``meta`` table's text: a string as it is, any other
+    JSON value as JSON (integers beyond 64 bits too)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return orjson.dumps(value).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(value, default=float)
+
+
 def _header_dict(header: bytes, trailer: bytes | None, path: Path) -> dict:
     """Top-level keys other than traceEvents (small: device properties, distributedInfo)."""
     text = header.rstrip().rstrip(b",").strip()
@@ -261,8 +292,8 @@ def _header_dict(header: bytes, trailer: bytes | None, path: Path) -> dict:
         raise InputError(path, "not JSON: expected an object")
     meta = {}
     try:
-        meta.update(orjson.loads(text + b"}") if text != b"{" else {})
-    except orjson.JSONDecodeError:
+        meta.update(_loads(text + b"}") if text != b"{" else {})
+    except (ValueError, _TooDeep):
         pass  # keys before traceEvents malformed: keep going, the events are what matter
     # After the events (native layout only; None otherwise): "}" or more keys, "," +
     # '"key": value ... }'. Anything else is a file cut short or not JSON (the streaming
@@ -273,9 +304,11 @@ def _header_dict(header: bytes, trailer: bytes | None, path: Path) -> dict:
         try:
             if not keys.startswith(b'"'):
                 raise ValueError
-            meta.update(orjson.loads(b"{" + keys))
-        except ValueError:  # orjson.JSONDecodeError included
+            meta.update(_loads(b"{" + keys))
+        except ValueError:
             raise InputError(path, "truncated or malformed JSON after traceEvents") from None
+        except _TooDeep:
+            raise InputError(path, "JSON after traceEvents nested too deeply: not a PyTorch profiler trace") from None
     return meta
 
 
@@ -591,7 +624,9 @@ def _checked(events, reader: _GuardedReader, after: dict):
             if depth == 1 and kind == "map_key":
                 top_key, builder = value, ijson.common.ObjectBuilder()
                 continue
-            builder.event(kind, value)
+            # Non-integer numbers come as Decimal (use_float=False, which the events need):
+            # as floats they are what orjson gives the native layout's trailer.
+            builder.event(kind, float(value) if kind == "number" and not isinstance(value, int) else value)
             if depth == 1:
                 after[top_key] = builder.value
 
@@ -866,7 +901,6 @@ def _finish_source(
     for key, value in meta.items():
         if key in ("deviceProperties", "traceEvents"):
             continue
-        text = value if isinstance(value, str) else orjson.dumps(value).decode()
-        con.execute("INSERT INTO meta VALUES (?, ?, ?)", [source_id, key, text[:4096]])
+        con.execute("INSERT INTO meta VALUES (?, ?, ?)", [source_id, key, _meta_text(value)[:4096]])
     for kind, n in sorted(warn.items()):
         con.execute("INSERT INTO ingest_warnings VALUES (?, ?, ?)", [source_id, kind, n])

@@ -16,6 +16,7 @@ from wanscope.analysis.scope import Scope
 from wanscope.analysis.steps import step_times
 from wanscope.analysis.syncs import find_syncs
 from wanscope.analysis.utilization import device_utilization
+from wanscope.trace.kineto import CLAIMED_RANK_KEY
 
 SCHEMA_VERSION = 1
 
@@ -29,12 +30,45 @@ def warnings(con) -> dict[str, int]:
 
 
 def sources(con) -> list[dict]:
+    """The inputs in order: ``path``, ``format``, ``rank``, ``events``, and ``claimed_rank``,
+    the rank the file claimed where an earlier input had it (it got ``rank`` instead), else
+    None."""
     return [
-        {"path": p, "format": f, "rank": r, "events": n}
-        for p, f, r, n in con.execute(
-            "SELECT path, format, rank, event_count FROM sources ORDER BY source_id"
+        {"path": p, "format": f, "rank": r, "events": n, "claimed_rank": None if c is None else int(c)}
+        for p, f, r, n, c in con.execute(
+            f"""SELECT path, format, rank, event_count, m.value FROM sources
+                LEFT JOIN meta m ON m.source_id = sources.source_id AND m.key = '{CLAIMED_RANK_KEY}'
+                ORDER BY sources.source_id"""
         ).fetchall()
     ]
+
+
+def source_of_rank(con) -> dict[int, int]:
+    """rank -> index of its input in ``sources`` (an Nsight Systems export holds one rank
+    per process, its ``meta`` key ``ranks``)."""
+    out = {}
+    for source_id, rank, fmt, ranks in con.execute(
+        "SELECT source_id, rank, format, (SELECT value FROM meta m WHERE m.source_id = s.source_id AND key = 'ranks') "
+        "FROM sources s ORDER BY source_id"
+    ).fetchall():
+        out[rank] = source_id
+        if fmt == "nsys" and ranks:
+            out.update({int(r): source_id for r in orjson.loads(ranks).values()})
+    return out
+
+
+def rank_notes(srcs: list[dict]) -> list[str]:
+    """One sentence per input whose rank an earlier input had, naming both files."""
+    notes = []
+    for s in srcs:
+        if s["claimed_rank"] is None:
+            continue
+        holder = next((h["path"] for h in srcs if h["rank"] == s["claimed_rank"]), None)
+        notes.append(
+            f"{s['path']} claims rank {s['claimed_rank']}, which {holder or 'an earlier input'} has "
+            f"(two jobs, or two runs of one worker?): kept apart, {s['path']} as rank {s['rank']}"
+        )
+    return notes
 
 
 def run_notes(con) -> list[str]:
@@ -78,8 +112,10 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
     gaps = idle_gaps(con, scope, top, min_gap_ns)
     fused = fused_kernels(con, scope)
     empty_gaps = {"count": 0, "total_ns": 0, "histogram": {}, "largest": []}
+    source_of = source_of_rank(con)
     for d in devices:
         key = (d["rank"], d["device"])
+        d["source"] = source_of.get(d["rank"])
         d["top_kernels"] = tops.get(key, [])
         d["categories"] = cats.get(key, [])
         d["gaps"] = gaps.get(key, empty_gaps)
@@ -87,7 +123,8 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
     gpu_ranks = (
         {d["rank"] for d in device_utilization(con, Scope())} if scope.step_range else {d["rank"] for d in devices}
     )
-    notes = run_notes(con)
+    srcs = sources(con)
+    notes = rank_notes(srcs) + run_notes(con)
     if not devices:
         notes.append(
             "no GPU activity: the trace holds no kernels, memcpys or memsets with valid times"
@@ -96,7 +133,7 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         )
     result = {
         "schema_version": SCHEMA_VERSION,
-        "sources": sources(con),
+        "sources": srcs,
         "warnings": warnings(con),
         "devices": devices,
         "syncs": find_syncs(con, gpu_ranks, scope),

@@ -43,6 +43,8 @@ CHUNK_BYTES = 12 << 20  # bytes of events per file DuckDB parses
 # parses it), so that one with such bytes in its name is excluded (issue 2: counted by kind,
 # excluded from window and busy).
 UNDECODABLE_KEY = "wanscope_undecodable"
+# meta key of a source whose rank was taken by an earlier input: the rank it claimed.
+CLAIMED_RANK_KEY = "wanscope_claimed_rank"
 STAGE_FILES = 8  # files per staging statement, parsed on parallel threads (an even count per core)
 EVENTS_KEY = b'"traceEvents"'
 _EVENTS_KEY_RE = re.compile(rb'"traceEvents"[ \t\r\n]*:')
@@ -868,7 +870,12 @@ def _finish_source(
     con, path: Path, source_id: int, rank: int, staged_as: int, meta: dict, events: int, warn: dict
 ) -> None:
     """Set the rank of this source's rows (written as ``staged_as``), record devices, meta
-    and warnings."""
+    and warnings.
+
+    A ``rank`` that an earlier input already has (two jobs' rank 0, two runs of one worker
+    in one folder) is replaced by the next free one, ``max(source_id, 1 + highest rank
+    used)``, so that the two stay apart; the rank claimed goes to ``meta`` as
+    ``CLAIMED_RANK_KEY``."""
     unpaired = con.execute("""
         SELECT count(*) FROM (SELECT id FROM _kineto_flows GROUP BY id
                               HAVING count(*) FILTER (ph = 's') = 0 OR count(*) FILTER (ph = 'f') = 0)
@@ -876,6 +883,12 @@ def _finish_source(
     con.execute("DROP TABLE _kineto_flows")
     if unpaired:
         warn["unpaired_flow"] = unpaired
+    claimed = None
+    if rank != staged_as:  # else the rank was free when the file was staged (_staging_rank)
+        used = " UNION ".join(f"SELECT DISTINCT rank FROM {t} WHERE rank <> $staged" for t in ("sources", *_TABLES))
+        taken = {r for (r,) in con.execute(used, {"staged": staged_as}).fetchall()}
+        if rank in taken:
+            claimed, rank = rank, max(source_id, 1 + max(taken))
     if rank != staged_as:
         for table in _TABLES:
             con.execute(f"UPDATE {table} SET rank = ? WHERE rank = ?", [rank, staged_as])
@@ -899,8 +912,10 @@ def _finish_source(
             ],
         )
     for key, value in meta.items():
-        if key in ("deviceProperties", "traceEvents"):
+        if key in ("deviceProperties", "traceEvents", CLAIMED_RANK_KEY):
             continue
         con.execute("INSERT INTO meta VALUES (?, ?, ?)", [source_id, key, _meta_text(value)[:4096]])
+    if claimed is not None:
+        con.execute("INSERT INTO meta VALUES (?, ?, ?)", [source_id, CLAIMED_RANK_KEY, str(claimed)])
     for kind, n in sorted(warn.items()):
         con.execute("INSERT INTO ingest_warnings VALUES (?, ?, ?)", [source_id, kind, n])

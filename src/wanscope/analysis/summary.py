@@ -22,7 +22,7 @@ SCHEMA_VERSION = 1
 
 
 def warnings(con) -> dict[str, int]:
-    """Counts by kind of records excluded at ingest, over all sources."""
+    """Counts by kind of records excluded or flagged at ingest, over all sources."""
     return {
         k: int(n)
         for k, n in con.execute("SELECT kind, sum(count) FROM ingest_warnings GROUP BY kind ORDER BY kind").fetchall()

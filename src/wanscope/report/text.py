@@ -120,7 +120,10 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
     if "ranks" in result:
         render_ranks(result["ranks"], c)
     if result["warnings"]:
-        c.print("records excluded at ingest: " + ", ".join(f"{k} {v:,}" for k, v in result["warnings"].items()))
+        c.print(
+            "ingest warnings (records excluded or flagged): "
+            + ", ".join(f"{k} {v:,}" for k, v in result["warnings"].items())
+        )
     c.print(f"[dim]{DEFINITIONS}[/dim]")
 
 

@@ -170,7 +170,7 @@ WITH raw AS (
 SELECT
   CASE WHEN cat = 'ac2g' AND ph IN ('s', 'f') THEN 'flow'
        WHEN NOT valid OR overflow OR undecodable_name THEN NULL
-       WHEN gpu THEN CASE WHEN d > 0 AND device IS NOT NULL AND stream IS NOT NULL
+       WHEN gpu THEN CASE WHEN d >= 0 AND device IS NOT NULL AND stream IS NOT NULL
                           THEN CASE WHEN cat = 'kernel' THEN 'kernel' ELSE 'memop' END END
        WHEN d < 0 THEN NULL
        WHEN cat IN {_API} THEN 'api'
@@ -188,12 +188,14 @@ SELECT
   CASE WHEN cat IN {_GPU} AND cat <> 'kernel' THEN try_cast(args.bytes AS BIGINT) END AS bytes,
   CASE WHEN cat IN ('cpu_op', 'operator') THEN args."Input Dims"::VARCHAR END AS input_dims,
   args.name AS arg_name,
-  -- warnings (per record, counted; the record excluded, except undecodable bytes outside its name)
+  -- warnings (per record, counted; the record excluded, except undecodable bytes outside its
+  -- name and a GPU record lasting 0 ns, which is kept with its 0 ns)
   ph = 'X' AND known AND (s IS NULL OR s <= 0 OR d IS NULL) AS no_timing,
-  ph = 'X' AND known AND s > 0 AND d = 0 AND gpu AS zero_duration,
+  gpu AND valid AND d = 0 AND device IS NOT NULL AND stream IS NOT NULL AND NOT overflow
+      AND NOT undecodable_name AS zero_duration,
   ph = 'X' AND known AND s > 0 AND d < 0 AS end_before_start,
   ph IS NULL OR (ph = 'X' AND known AND name IS NULL)
-     OR (ph = 'X' AND gpu AND name IS NOT NULL AND s > 0 AND d > 0 AND s + d <= {_BIG}
+     OR (ph = 'X' AND gpu AND name IS NOT NULL AND s > 0 AND d >= 0 AND s + d <= {_BIG}
          AND (device IS NULL OR stream IS NULL)) AS malformed_event,
   ph = 'X' AND cat IS NOT NULL AND NOT known AND cat NOT IN ({_IGNORED}) AS unknown_category,
   overflow AS integer_overflow

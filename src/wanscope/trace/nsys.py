@@ -31,7 +31,8 @@ rank. ``sources.rank`` is the file's first rank; ``meta`` key ``ranks`` maps pid
 **Excluded records**, counted in ``ingest_warnings``: GPU and sync records with a zero
 start or end, or times that are not positive integers (``no_timing``), any record ending
 before it starts (``end_before_start``), kernels whose name id is not in ``StringIds``
-(``malformed_event``), NVTX ranges never closed (``unterminated_range``).
+(``malformed_event``), NVTX ranges never closed (``unterminated_range``). Counted and
+kept: kernels, memcpys and memsets lasting 0 ns (``zero_duration``), as in a Kineto trace.
 """
 
 from __future__ import annotations
@@ -131,20 +132,25 @@ class _Ingest:
         finally:
             self.con.unregister(view)
 
-    def _timed(self, table: str, alias: str = "", zero_start: bool = False) -> str:
+    def _timed(self, table: str, alias: str = "", zero_start: bool = False, activity: bool = False) -> str:
         """WHERE clause selecting the records of ``table`` (named ``alias`` in the query)
         with usable times, after counting the others into the warnings. GPU records need
-        positive start and end; API calls (``zero_start``) only a start >= 0."""
+        positive start and end; API calls (``zero_start``) only a start >= 0. Records of
+        GPU activity (``activity``: kernels, memcpy, memset) lasting 0 ns are kept and
+        counted as ``zero_duration``."""
         ints = _integers("start", '"end"')
         bad, good = (
             ("start < 0", "start >= 0") if zero_start else ('start <= 0 OR "end" <= 0', 'start > 0 AND "end" > 0')
         )
-        no_timing, backwards = self.export.con.execute(
+        no_timing, backwards, zero = self.export.con.execute(
             f"SELECT count(*) FILTER (WHERE NOT ({ints}) OR {bad}), "
-            f'count(*) FILTER (WHERE {ints} AND {good} AND "end" < start) FROM "{table}"'
+            f'count(*) FILTER (WHERE {ints} AND {good} AND "end" < start), '
+            f'count(*) FILTER (WHERE {ints} AND {good} AND "end" = start) FROM "{table}"'
         ).fetchone()
         self._warn("no_timing", no_timing)
         self._warn("end_before_start", backwards)
+        if activity:
+            self._warn("zero_duration", zero)
         p = f"{alias}." if alias else ""
         start, end = f"{p}start", f'{p}"end"'
         # integers, start > 0 (>= 0) and end >= start: end - start fits in 64 bits
@@ -186,7 +192,7 @@ class _Ingest:
         if not self.kernel_table:
             return
         table = self.kernel_table
-        where = self._timed(table, "k")
+        where = self._timed(table, "k", activity=True)
         rows = self.export.con.execute(
             f"""SELECT k.deviceId, k.streamId, k.start, k."end", s.value, k.correlationId,
                        (k.globalPid >> 24) & 16777215, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ,
@@ -230,7 +236,7 @@ class _Ingest:
                      s::BIGINT, e::BIGINT, (e - s)::BIGINT, corr::BIGINT, pid::BIGINT"""
         if self.memcpy_table:
             table = self.memcpy_table
-            where = self._timed(table)
+            where = self._timed(table, activity=True)
             rows = []
             for copy_kind, nbytes, device, stream, s, e, corr, pid in self.export.con.execute(
                 f"""SELECT copyKind, bytes, deviceId, streamId, start, "end", correlationId, (globalPid >> 24) & 16777215
@@ -241,7 +247,7 @@ class _Ingest:
             self._insert("memops", names, select, rows)
         if self.memset_table:
             table = self.memset_table
-            where = self._timed(table)
+            where = self._timed(table, activity=True)
             rows = self.export.con.execute(
                 f"""SELECT 'memset', NULL, bytes, '[CUDA memset]', deviceId, streamId, start, "end", correlationId,
                            (globalPid >> 24) & 16777215

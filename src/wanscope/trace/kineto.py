@@ -239,12 +239,12 @@ def _read_header(f, path: Path) -> tuple[bytes, bytes]:
             if not started:
                 raise InputError(path, "empty file")
             if key_at is not None:
-                raise InputError(path, "truncated: ends inside traceEvents")
+                raise _Malformed("truncated: ends inside traceEvents", len(buf))
             raise InputError(path, "no traceEvents: not a PyTorch profiler trace")
         if not started and more.strip():
             started = True
             if not more.lstrip().startswith(b"{"):
-                raise InputError(path, "not JSON: expected an object")
+                raise _Malformed("not JSON: expected an object", len(buf) + len(more) - len(more.lstrip()))
         buf += more
         if len(buf) > HEADER_LIMIT:
             raise InputError(path, "no traceEvents in the first 256 MB: not a PyTorch profiler trace")
@@ -289,11 +289,17 @@ def _meta_text(value) -> str:
         return json.dumps(value, default=float)
 
 
-def _header_dict(header: bytes, trailer: bytes | None, path: Path) -> dict:
-    """Top-level keys other than traceEvents (small: device properties, distributedInfo)."""
+def _header_dict(header: bytes, trailer: bytes | None, path: Path, trailer_at: int = 0) -> dict:
+    """Top-level keys other than traceEvents (small: device properties, distributedInfo);
+    ``trailer`` (the bytes after the events' ``]``, None where the streaming parser read
+    them) starts at byte ``trailer_at`` of the file.
+
+    Raises:
+        _Malformed: the trailer is not the end of a JSON object.
+    """
     text = header.rstrip().rstrip(b",").strip()
     if not text.startswith(b"{"):
-        raise InputError(path, "not JSON: expected an object")
+        raise _Malformed("not JSON: expected an object", len(header) - len(header.lstrip()))
     meta = {}
     try:
         meta.update(_loads(text + b"}") if text != b"{" else {})
@@ -304,16 +310,87 @@ def _header_dict(header: bytes, trailer: bytes | None, path: Path) -> dict:
     # parser refuses it too).
     tail = b"}" if trailer is None else trailer.strip()
     if tail != b"}":
+        at = trailer_at + len(trailer) - len(trailer.lstrip())  # the file's offset of tail
         keys = tail[1:].lstrip() if tail.startswith(b",") else b""
+        if keys or tail.startswith(b"}"):  # the keys, or what follows the object's end
+            at += len(tail) - len(keys or tail[1:].lstrip())
         try:
             if not keys.startswith(b'"'):
                 raise ValueError
             meta.update(_loads(b"{" + keys))
-        except ValueError:
-            raise InputError(path, "truncated or malformed JSON after traceEvents") from None
+        except ValueError as e:
+            if isinstance(e, json.JSONDecodeError):
+                at += max(e.pos - 1, 0)  # in keys, after the "{" put before them
+            elif isinstance(e, UnicodeDecodeError):
+                at += max(e.start - 1, 0)
+            raise _Malformed("truncated or malformed JSON after traceEvents", at) from None
         except _TooDeep:
             raise InputError(path, "JSON after traceEvents nested too deeply: not a PyTorch profiler trace") from None
     return meta
+
+
+_NEWLINES_TO_SPACES = bytes.maketrans(b"\n\r", b"  ")
+
+
+def _yajl_offset(message: str, buf: bytes) -> int | None:
+    """The offset in ``buf`` (what yajl last parsed) of the error yajl describes in
+    ``message``: its second line quotes ``buf`` around the offset (30 bytes either side,
+    newlines as spaces, decoded as UTF-8), right-aligned so that the offset falls under
+    the ``^`` of the third line (at column 40). The first offset that gives the same quote
+    (yajl stops at the first error); None when none does."""
+    lines = message.split("\n")
+    if len(lines) < 3 or not lines[2].endswith("^"):
+        return None
+    quote = lines[1]
+    text = buf.translate(_NEWLINES_TO_SPACES)
+    n = len(text)
+
+    def quoted(at: int) -> bool:
+        pad = 10 if at >= 30 else 40 - at
+        return " " * pad + text[max(at - 30, 0) : at + 30].decode("utf-8", "ignore") == quote
+
+    if not quote.isascii():  # a cut character: try every offset (error messages only)
+        candidates = range(n + 1)
+    elif len(quote) < 70:  # the quote reaches the end of the buffer: 30 bytes or fewer after it
+        candidates = [n - (len(quote) - 40)]
+    else:
+        right = quote[40:].encode()
+        candidates, at = [], text.find(right)
+        while at >= 0:
+            candidates.append(at)
+            at = text.find(right, at + 1)
+    return next((at for at in candidates if 0 <= at <= n and quoted(at)), None)
+
+
+class _Malformed(Exception):
+    """Not valid JSON at ``offset`` (bytes from the file's start, uncompressed): ``problem``
+    (and yajl's ``detail``) becomes the one-line error, with the line and column."""
+
+    def __init__(self, problem: str, offset: int, detail: str = ""):
+        super().__init__(problem)
+        self.problem, self.offset, self.detail = problem, offset, detail
+
+
+def _where(path: Path, gz: bool, offset: int) -> str:
+    """``line L, column C (byte N)`` of ``offset`` in the (uncompressed) file, as Python's
+    json says it: line and column counted from 1, the byte from 0; reads the file again,
+    up to ``offset`` (error messages only)."""
+    lines, line_start, read = 1, 0, 0
+    try:
+        with _open(path, gz) as f:
+            while read < offset:
+                block = f.read(min(1 << 20, offset - read))
+                if not block:
+                    break
+                n = block.count(b"\n")
+                if n:
+                    lines += n
+                    line_start = read + block.rindex(b"\n") + 1
+                read += len(block)
+    except (OSError, EOFError, zlib.error):
+        pass  # the offset alone, where the file no longer reads that far
+    compressed = " of the uncompressed JSON" if gz else ""
+    return f"line {lines}, column {offset - line_start + 1} (byte {offset}{compressed})"
 
 
 class _ChunkWriter:
@@ -389,6 +466,7 @@ class _Layout:
     def __init__(self, indent: bytes):
         self.marker = b"\n" + indent + b"{"
         self.end = b"\n" + indent + b"]"
+        self.trailer_at = 0  # the file's offset of what follows the region (chunks sets it)
 
     @classmethod
     def detect(cls, rest: bytes) -> _Layout | None:
@@ -425,6 +503,7 @@ class _Layout:
             end = buf.find(self.end, max(cut, 0), filled)
             if end >= 0:
                 trailer = bytes(buf[end + len(self.end) : filled])
+                self.trailer_at = f.tell() - len(trailer)
                 if not eof:
                     trailer += _read_bounded(f, EVENT_LIMIT - len(trailer), path, "the part after traceEvents")
                 chunk = write(buf, end, last=True)
@@ -438,7 +517,7 @@ class _Layout:
                 # read again by the streaming parser, which decides.
                 if buf[:filled].rstrip().endswith(b"}"):
                     raise _OtherLayout
-                raise _Truncated
+                raise _Malformed("truncated: ends inside traceEvents", f.tell())
             if cut <= 0:
                 if filled > EVENT_LIMIT:
                     raise _OtherLayout  # one huge event, or a tail in another layout: the streaming parser decides
@@ -449,10 +528,6 @@ class _Layout:
             filled = len(tail)
             if chunk:
                 yield chunk
-
-
-class _Truncated(Exception):
-    pass
 
 
 class _OtherLayout(Exception):
@@ -521,6 +596,9 @@ class _GuardedReader:
         self.item = "an event larger than"  # what since_item measures, for the message
         self.replaced = 0
         self.undecodable = 0  # trace events that held replaced bytes (_checked counts them)
+        self.read_bytes = 0  # bytes read from f so far
+        self.last_at = 0  # ... before the last read, whose bytes as handed to ijson are:
+        self.last = b""
 
     def read(self, n: int = -1) -> bytes:
         if n > 0 and self.since_event > (1 << 16):
@@ -528,6 +606,9 @@ class _GuardedReader:
             # feed it megabytes at a time (time quadratic in the token over the read size).
             n = 1 << 20
         data = self.f.read(n)
+        self.last_at = self.read_bytes
+        self.read_bytes += len(data)
+        self.last = data
         self.since_event += len(data)
         self.since_item += len(data)
         if self.since_event > EVENT_LIMIT:
@@ -543,7 +624,18 @@ class _GuardedReader:
                 return data
         text = self.decoder.decode(data, final=not data)
         self.replaced += text.count("\ufffd") - data.count("\ufffd".encode())
-        return text.encode("utf-8")
+        self.last = text.encode("utf-8")
+        return self.last
+
+    def error_offset(self, message: str) -> int:
+        """Where in the file (bytes from its start, uncompressed) the parser stopped with
+        ``message``: found from the context yajl quotes around that point in the last
+        read; the start of that read where the context does not pin it down (bytes were
+        replaced, or the quote is not ASCII). The end of the file after the last read."""
+        if not self.last:
+            return self.read_bytes
+        at = _yajl_offset(message, self.last)
+        return self.last_at + (0 if at is None else min(at, self.read_bytes - self.last_at))
 
 
 class _TooLarge(Exception):
@@ -667,10 +759,9 @@ def _stream_events(f, path: Path, writer: _ChunkWriter, stage, after: dict) -> N
             if size >= CHUNK_BYTES:
                 flush()
                 batch, size = [], 0
-    except ijson.IncompleteJSONError as e:
-        raise InputError(path, f"truncated or malformed JSON ({str(e).splitlines()[0][:80]})") from None
-    except ijson.JSONError as e:
-        raise InputError(path, f"malformed JSON ({str(e).splitlines()[0][:80]})") from None
+    except ijson.JSONError as e:  # IncompleteJSONError included
+        problem = "truncated or malformed JSON" if isinstance(e, ijson.IncompleteJSONError) else "malformed JSON"
+        raise _Malformed(problem, reader.error_offset(str(e)), str(e).splitlines()[0][:80]) from None
     except _TooDeep:
         raise InputError(path, f"JSON nested more than {MAX_DEPTH} levels deep: not a PyTorch profiler trace") from None
     except _TooLarge as e:
@@ -742,8 +833,6 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
                     writer = _ChunkWriter(tmp, layout.marker)
                     try:
                         trailer = _staged_in_batches(layout.chunks(f, rest, path, writer.write), stage, STAGE_FILES)
-                    except _Truncated:
-                        raise InputError(path, "truncated: ends inside traceEvents") from None
                     except (_OtherLayout, duckdb.InvalidInputException, duckdb.OutOfMemoryException):
                         # Not valid JSON where it was cut, an odd layout that only looked like
                         # ours, or an event too large for DuckDB's reader: the streaming parser
@@ -757,10 +846,14 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
                     f.seek(0)
                     writer = _ChunkWriter(tmp)
                     _stream_events(f, path, writer, stage, after)
-            meta = _header_dict(header, trailer, path)
+            meta = _header_dict(header, trailer, path, layout.trailer_at if layout else 0)
             meta.update(after)
         if staged[0]:
             _insert_stage(con, rank, warn)
+    except _Malformed as e:
+        raise InputError(
+            path, f"{e.problem} at {_where(path, gz, e.offset)}" + (f": {e.detail}" if e.detail else "")
+        ) from None
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise InputError(path, f"truncated or corrupt gzip ({e})") from None
     except duckdb.InvalidInputException as e:

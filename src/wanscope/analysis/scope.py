@@ -124,6 +124,17 @@ class Scope:
             f"AND {start_ns} BETWEEN _s.start_ns AND _s.end_ns AND {self._step_filter()})"
         )
 
+    def overlaps_steps(self, rank: str, pid: str, start_ns: str, end_ns: str) -> str:
+        """SQL condition: the host interval ``start_ns``..``end_ns`` of process ``pid`` of
+        ``rank`` overlaps a selected step's CPU range (ends included); TRUE without a step
+        range. Qualified column expressions, as for :meth:`in_steps`."""
+        if self.step_range is None:
+            return "TRUE"
+        return (
+            f"EXISTS (SELECT 1 FROM steps _s WHERE _s.rank = {rank} AND _s.pid = {pid} "
+            f"AND {start_ns} <= _s.end_ns AND {end_ns} >= _s.start_ns AND {self._step_filter()})"
+        )
+
     def ctes(self) -> str:
         """``WITH`` clauses defining ``activity`` (in scope) and ``windows``
         (rank, device, window_start_ns, window_end_ns, window_ns)."""

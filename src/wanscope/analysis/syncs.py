@@ -14,6 +14,7 @@ or ends after it is listed with all of its time).
 from __future__ import annotations
 
 from wanscope.analysis.scope import Scope
+from wanscope.analysis.stacks import containment_key
 
 SYNC_APIS = (
     "cudaStreamSynchronize",
@@ -81,14 +82,14 @@ def find_syncs(con, gpu_ranks: set[int], scope: Scope | None = None) -> list[dic
                SELECT 1 FROM memops m WHERE m.rank = c.rank AND m.pid = c.pid
                  AND m.correlation = c.correlation AND m.name LIKE '%Pageable%'))),
     enc AS (
-      SELECT c.call_id, o.id, o.kind, o.name, o.depth FROM calls c
+      SELECT c.call_id, o.id, o.kind, o.name, {containment_key("o")} AS outside FROM calls c
       JOIN cpu_ops o ON o.rank = c.rank AND o.pid = c.pid AND o.tid = c.tid
        AND o.start_ns <= c.start_ns AND o.end_ns >= c.end_ns),
     named AS (
       SELECT call_id,
-             arg_min(name, depth) FILTER (kind = 'op' AND name LIKE 'aten::%') AS op,
-             arg_min(id, depth) FILTER (kind = 'op' AND name LIKE 'aten::%') AS op_id,
-             arg_max(name, depth) FILTER (kind = 'python' AND {_user_frame("name")}) AS frame
+             arg_min(name, outside) FILTER (kind = 'op' AND name LIKE 'aten::%') AS op,
+             arg_min(id, outside) FILTER (kind = 'op' AND name LIKE 'aten::%') AS op_id,
+             arg_max(name, outside) FILTER (kind = 'python' AND {_user_frame("name")}) AS frame
       FROM enc GROUP BY call_id),
     nexts AS (
       SELECT c.call_id, a.start_ns AS next_start FROM calls c
@@ -134,7 +135,7 @@ def _would_syncs(con, ranks: list[int], scope: Scope) -> list[dict]:
         AND o.rank IN ({", ".join(str(int(r)) for r in ranks)})
         AND {scope.overlaps_steps("o.rank", "o.pid", "o.start_ns", "o.end_ns")}),
     frames AS (
-      SELECT h.id, arg_max(f.name, f.depth) AS frame FROM hits h
+      SELECT h.id, arg_max(f.name, {containment_key("f")}) AS frame FROM hits h
       JOIN cpu_ops f ON f.rank = h.rank AND f.pid = h.pid AND f.tid = h.tid AND f.kind = 'python'
        AND f.start_ns <= h.start_ns AND f.end_ns >= h.end_ns AND {_user_frame("f.name")}
       GROUP BY h.id)

@@ -17,6 +17,7 @@ from wanscope.analysis.steps import step_times
 from wanscope.analysis.syncs import find_syncs
 from wanscope.analysis.utilization import device_utilization
 from wanscope.trace.kineto import CLAIMED_RANK_KEY
+from wanscope.trace.link import PARTIAL_OVERLAPS_KEY
 
 SCHEMA_VERSION = 1
 
@@ -67,6 +68,35 @@ def rank_notes(srcs: list[dict]) -> list[str]:
         notes.append(
             f"{s['path']} claims rank {s['claimed_rank']}, which {holder or 'an earlier input'} has "
             f"(two jobs, or two runs of one worker?): kept apart, {s['path']} as rank {s['rank']}"
+        )
+    return notes
+
+
+def stream_notes(con, warns: dict[str, int]) -> list[str]:
+    """Sentences on GPU records whose times overlap the next record on their stream: those
+    clipped at ingest (``clipped_duration``), and those that only overlap its start, kept."""
+
+    def records(n: int) -> str:
+        return f"{n:,} GPU record" + ("" if n == 1 else "s")
+
+    notes = []
+    clipped = warns.get("clipped_duration", 0)
+    if clipped:
+        its = "its" if clipped == 1 else "their"
+        notes.append(
+            f"{records(clipped)} extended past the end of the next record on {its} stream, which a stream "
+            "that runs its work in order cannot do (a known CUPTI timestamp artifact): clipped to that "
+            "record's start (warnings: clipped_duration)"
+        )
+    (partial,) = con.execute(
+        f"SELECT coalesce(sum(try_cast(value AS BIGINT)), 0) FROM meta WHERE key = '{PARTIAL_OVERLAPS_KEY}'"
+    ).fetchall()[0]
+    if partial:
+        verb, its = ("ends", "its") if partial == 1 else ("end", "their")
+        notes.append(
+            f"{records(int(partial))} {verb} after the next record on {its} stream has started (programmatic "
+            "dependent launch lets a kernel start before the previous one ends): kept as recorded; busy "
+            "time counts the overlap once"
         )
     return notes
 
@@ -124,7 +154,8 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         {d["rank"] for d in device_utilization(con, Scope())} if scope.step_range else {d["rank"] for d in devices}
     )
     srcs = sources(con)
-    notes = rank_notes(srcs) + run_notes(con)
+    warns = warnings(con)
+    notes = rank_notes(srcs) + stream_notes(con, warns) + run_notes(con)
     if not devices:
         notes.append(
             "no GPU activity: the trace holds no kernels, memcpys or memsets with valid times"
@@ -134,7 +165,7 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
     result = {
         "schema_version": SCHEMA_VERSION,
         "sources": srcs,
-        "warnings": warnings(con),
+        "warnings": warns,
         "devices": devices,
         "syncs": find_syncs(con, gpu_ranks, scope),
         "steps": step_times(con, scope),

@@ -37,6 +37,7 @@ import ijson
 import orjson
 
 from wanscope.errors import InputError
+from wanscope.trace.link import PARTIAL_OVERLAPS_KEY, clip_overruns
 
 CHUNK_BYTES = 12 << 20  # bytes of events per file DuckDB parses
 # Key added to an event whose bytes were not valid UTF-8 (replaced by U+FFFD before DuckDB
@@ -988,6 +989,11 @@ def _finish_source(
         for table in _TABLES:
             con.execute(f"UPDATE {table} SET rank = ? WHERE rank = ?", [rank, staged_as])
     con.execute("INSERT INTO sources VALUES (?, ?, 'kineto', ?, ?)", [source_id, str(path), rank, events])
+    clipped, partial = clip_overruns(con, [rank])
+    if clipped:
+        warn["clipped_duration"] = clipped
+    if partial:
+        con.execute("INSERT INTO meta VALUES (?, ?, ?)", [source_id, PARTIAL_OVERLAPS_KEY, str(partial)])
     devices = meta.get("deviceProperties")
     for dev in devices if isinstance(devices, list) else []:
         if not isinstance(dev, dict) or _int(dev.get("id"), minimum=0) is None:
@@ -1007,7 +1013,7 @@ def _finish_source(
             ],
         )
     for key, value in meta.items():
-        if key in ("deviceProperties", "traceEvents", CLAIMED_RANK_KEY):
+        if key in ("deviceProperties", "traceEvents", CLAIMED_RANK_KEY, PARTIAL_OVERLAPS_KEY):
             continue
         con.execute("INSERT INTO meta VALUES (?, ?, ?)", [source_id, key, _meta_text(value)[:4096]])
     if claimed is not None:

@@ -46,7 +46,7 @@ import duckdb
 import numpy as np
 
 from wanscope.errors import InputError
-from wanscope.trace import nsys_export
+from wanscope.trace import link, nsys_export
 from wanscope.trace.nsys_export import Export
 
 # A CUDA API version suffix: "_v" and 4 or more digits at the very end (cudaMalloc_v3020).
@@ -416,6 +416,8 @@ class _Ingest:
         )
 
     def finish(self) -> None:
+        clipped, partial = link.clip_overruns(self.con, sorted(set(self.rank_of.values())))
+        self._warn("clipped_duration", clipped)
         meta = {
             "producer": "nsys",
             "nsys_version": self.export.meta.get("EXPORT_PRODUCT_VERSION", "unknown (export has no metadata table)"),
@@ -425,6 +427,8 @@ class _Ingest:
             "memcpy_kind_labels": getattr(self, "memcpy_labels", "n/a"),
             "ranks": json.dumps({str(pid): rank for pid, rank in self.rank_of.items()}),
         }
+        if partial:
+            meta[link.PARTIAL_OVERLAPS_KEY] = str(partial)
         if not self.rank_of:
             meta["gpu_activity"] = "none: the export holds no kernel, memcpy or memset records"
         rows = {

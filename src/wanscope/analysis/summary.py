@@ -16,7 +16,7 @@ from wanscope.analysis.scope import Scope
 from wanscope.analysis.steps import step_times
 from wanscope.analysis.syncs import find_syncs
 from wanscope.analysis.utilization import device_utilization
-from wanscope.trace.kineto import CLAIMED_RANK_KEY
+from wanscope.trace.kineto import CLAIMED_RANK_KEY, OTHER_ACCELERATOR_KEY, OTHER_ACCELERATORS
 from wanscope.trace.link import PARTIAL_OVERLAPS_KEY
 
 SCHEMA_VERSION = 1
@@ -101,6 +101,24 @@ def stream_notes(con, warns: dict[str, int]) -> list[str]:
     return notes
 
 
+def other_accelerator_notes(con) -> list[str]:
+    """One sentence on the device events of other accelerators (MTIA, ...) left out, by
+    Kineto category with counts."""
+    by_cat: dict[str, int] = {}
+    for (text,) in con.execute(f"SELECT value FROM meta WHERE key = '{OTHER_ACCELERATOR_KEY}'").fetchall():
+        for cat, n in orjson.loads(text).items():
+            by_cat[cat] = by_cat.get(cat, 0) + int(n)
+    if not by_cat:
+        return []
+    total = sum(by_cat.values())
+    parts = ", ".join(f"{cat} ({OTHER_ACCELERATORS.get(cat, 'other')}) {n:,}" for cat, n in sorted(by_cat.items()))
+    return [
+        f"{total:,} device event{'s' if total != 1 else ''} of other accelerators left out: {parts}; "
+        "the analysis covers CUDA and ROCm GPU work (kernels, memcpys, memsets) "
+        "(warnings: other_accelerator)"
+    ]
+
+
 def run_notes(con) -> list[str]:
     """The notes a wanscope run left in its trace (``wanscope_run``, e.g. that its weights
     were random), so that every later analysis of the trace says them too."""
@@ -155,7 +173,7 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
     )
     srcs = sources(con)
     warns = warnings(con)
-    notes = rank_notes(srcs) + stream_notes(con, warns) + run_notes(con)
+    notes = rank_notes(srcs) + stream_notes(con, warns) + other_accelerator_notes(con) + run_notes(con)
     if not devices:
         notes.append(
             "no GPU activity: the trace holds no kernels, memcpys or memsets with valid times"

@@ -83,10 +83,24 @@ IGNORED_CATEGORIES = {
     "gpu_user_annotation",
     "cuda_profiler_range",
     "python_function_call",
-    "mtia_ccp_events",
     "kineto",
     "gpu_hw_counter",
 }
+
+# Device events of accelerators other than CUDA and ROCm GPUs (Kineto's activity type names,
+# lower case) -> the accelerator. Left out of every table, counted (other_accelerator) and
+# named by category in meta (OTHER_ACCELERATOR_KEY), so that a note can say what was left out.
+OTHER_ACCELERATORS = {
+    "mtia_ccp_events": "MTIA",
+    "mtia_insight": "MTIA",
+    "mtia_counters": "MTIA",
+    "mlu_memcpy": "MLU",
+    "mlu_memset": "MLU",
+    "mlu_notifier": "MLU",
+    "gcu_memcpy": "GCU",
+    "gcu_memset": "GCU",
+}
+OTHER_ACCELERATOR_KEY = "wanscope_other_accelerator"
 
 # Fields read from each event. Times are parsed from the number's text straight into
 # DECIMAL (never through float64); other numbers are read as text so that integers beyond
@@ -126,6 +140,7 @@ _BIG = "9223372036854775807"  # largest BIGINT: ns values beyond it are integer_
 _KNOWN = ", ".join(f"'{c}'" for c in CATEGORIES)
 _LOWER = ", ".join(f"'{c}'" for c in [*CATEGORIES, "ac2g"])  # lower() only for the rest
 _IGNORED = ", ".join(f"'{c}'" for c in IGNORED_CATEGORIES)
+_OTHER = ", ".join(f"'{c}'" for c in OTHER_ACCELERATORS)
 _GPU = "('kernel', 'gpu_memcpy', 'memcpy', 'gpu_memset', 'memset')"
 _API = "('cuda_runtime', 'runtime', 'cuda_driver', 'driver')"
 _HOST = "('cpu_op', 'operator', 'python_function', 'user_annotation')"
@@ -135,6 +150,7 @@ _WARNINGS = (
     "end_before_start",
     "malformed_event",
     "unknown_category",
+    "other_accelerator",
     "integer_overflow",
 )
 
@@ -198,7 +214,9 @@ SELECT
   ph IS NULL OR (ph = 'X' AND known AND name IS NULL)
      OR (ph = 'X' AND gpu AND name IS NOT NULL AND s > 0 AND d >= 0 AND s + d <= {_BIG}
          AND (device IS NULL OR stream IS NULL)) AS malformed_event,
-  ph = 'X' AND cat IS NOT NULL AND NOT known AND cat NOT IN ({_IGNORED}) AS unknown_category,
+  ph = 'X' AND cat IS NOT NULL AND NOT known AND cat NOT IN ({_IGNORED}) AND cat NOT IN ({_OTHER})
+     AS unknown_category,
+  ph = 'X' AND cat IN ({_OTHER}) AS other_accelerator,
   overflow AS integer_overflow
 FROM flagged
 """
@@ -803,6 +821,7 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
         gz = probe.read(2) == b"\x1f\x8b"
     rank = None  # written while the file is staged (_staging_rank), once the header is read
     warn: dict[str, int] = {}
+    other: dict[str, int] = {}  # other accelerators' device events by category
     events = [0]  # events read from the file
     staged = [0]  # ... of them in _stage
 
@@ -814,7 +833,7 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
         events[0] += n
         staged[0] += n
         if staged[0] >= STAGED_EVENTS:
-            _insert_stage(con, rank, warn)
+            _insert_stage(con, rank, warn, other)
             staged[0] = 0
 
     _create_flows(con)
@@ -840,6 +859,7 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
                         # reads it again (keeping only the fields staged) and decides.
                         _discard_source(con, rank)
                         warn.clear()
+                        other.clear()
                         events[0] = staged[0] = 0
                         layout = None
                 after: dict = {}
@@ -850,7 +870,7 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
             meta = _header_dict(header, trailer, path, layout.trailer_at if layout else 0)
             meta.update(after)
         if staged[0]:
-            _insert_stage(con, rank, warn)
+            _insert_stage(con, rank, warn, other)
     except _Malformed as e:
         raise InputError(
             path, f"{e.problem} at {_where(path, gz, e.offset)}" + (f": {e.detail}" if e.detail else "")
@@ -872,7 +892,7 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
 
     if writer.undecodable:
         warn["undecodable_bytes"] = warn.get("undecodable_bytes", 0) + writer.undecodable
-    _finish_source(con, path, source_id, _rank(meta, source_id), rank, meta, events[0], warn)
+    _finish_source(con, path, source_id, _rank(meta, source_id), rank, meta, events[0], warn, other)
 
 
 _TABLES = ("kernels", "memops", "api_calls", "cpu_ops", "cuda_syncs")
@@ -899,16 +919,20 @@ def _staging_rank(con, header: dict, source_id: int) -> int:
     return rank
 
 
-def _insert_stage(con, rank: int, warn: dict[str, int]) -> None:
+def _insert_stage(con, rank: int, warn: dict[str, int], other: dict[str, int]) -> None:
     """Move the staged events (``_stage``) into the canonical tables with rank ``rank``,
-    straight from the parsed rows (no second uncompressed copy); count their warnings;
-    drop ``_stage``; compress what was moved (a checkpoint)."""
+    straight from the parsed rows (no second uncompressed copy); count their warnings (and
+    into ``other`` the other accelerators' events by category); drop ``_stage``; compress
+    what was moved (a checkpoint)."""
     counts = con.execute(
         "SELECT " + ", ".join(f"count(*) FILTER ({w})" for w in _WARNINGS) + " FROM _stage"
     ).fetchall()[0]
     for kind, n in zip(_WARNINGS, counts):
         if n:
             warn[kind] = warn.get(kind, 0) + n
+    if warn.get("other_accelerator"):
+        for cat, n in con.execute("SELECT cat, count(*) FROM _stage WHERE other_accelerator GROUP BY cat").fetchall():
+            other[cat] = other.get(cat, 0) + n
     con.execute("INSERT INTO _kineto_flows SELECT id, ph FROM _stage WHERE dest = 'flow'")
     con.execute(f"""
         INSERT INTO kernels
@@ -963,7 +987,15 @@ def _create_flows(con) -> None:
 
 
 def _finish_source(
-    con, path: Path, source_id: int, rank: int, staged_as: int, meta: dict, events: int, warn: dict
+    con,
+    path: Path,
+    source_id: int,
+    rank: int,
+    staged_as: int,
+    meta: dict,
+    events: int,
+    warn: dict,
+    other: dict | None = None,
 ) -> None:
     """Set the rank of this source's rows (written as ``staged_as``), record devices, meta
     and warnings.
@@ -1013,10 +1045,15 @@ def _finish_source(
             ],
         )
     for key, value in meta.items():
-        if key in ("deviceProperties", "traceEvents", CLAIMED_RANK_KEY, PARTIAL_OVERLAPS_KEY):
+        if key in ("deviceProperties", "traceEvents", CLAIMED_RANK_KEY, PARTIAL_OVERLAPS_KEY, OTHER_ACCELERATOR_KEY):
             continue
         con.execute("INSERT INTO meta VALUES (?, ?, ?)", [source_id, key, _meta_text(value)[:4096]])
     if claimed is not None:
         con.execute("INSERT INTO meta VALUES (?, ?, ?)", [source_id, CLAIMED_RANK_KEY, str(claimed)])
+    if other:
+        con.execute(
+            "INSERT INTO meta VALUES (?, ?, ?)",
+            [source_id, OTHER_ACCELERATOR_KEY, json.dumps(dict(sorted(other.items())))],
+        )
     for kind, n in sorted(warn.items()):
         con.execute("INSERT INTO ingest_warnings VALUES (?, ?, ?)", [source_id, kind, n])

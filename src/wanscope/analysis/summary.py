@@ -18,6 +18,7 @@ from wanscope.analysis.syncs import find_syncs
 from wanscope.analysis.utilization import device_utilization
 from wanscope.trace.kineto import CLAIMED_RANK_KEY, OTHER_ACCELERATOR_KEY, OTHER_ACCELERATORS
 from wanscope.trace.link import PARTIAL_OVERLAPS_KEY
+from wanscope.trace.nsys_export import DEGRADED_KEY
 
 SCHEMA_VERSION = 1
 
@@ -119,6 +120,18 @@ def other_accelerator_notes(con) -> list[str]:
     ]
 
 
+def degraded_notes(con) -> list[str]:
+    """One sentence per optional column an Nsight Systems export lacked, naming the file
+    and what was lost (``trace.nsys.DEGRADED_KEY``)."""
+    notes = []
+    for path, text in con.execute(
+        f"SELECT s.path, m.value FROM meta m JOIN sources s USING (source_id) WHERE m.key = '{DEGRADED_KEY}' "
+        "ORDER BY s.source_id"
+    ).fetchall():
+        notes += [f"{path}: the export's {sentence}" for sentence in orjson.loads(text)]
+    return notes
+
+
 def run_notes(con) -> list[str]:
     """The notes a wanscope run left in its trace (``wanscope_run``, e.g. that its weights
     were random), so that every later analysis of the trace says them too."""
@@ -173,7 +186,13 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
     )
     srcs = sources(con)
     warns = warnings(con)
-    notes = rank_notes(srcs) + stream_notes(con, warns) + other_accelerator_notes(con) + run_notes(con)
+    notes = (
+        rank_notes(srcs)
+        + degraded_notes(con)
+        + stream_notes(con, warns)
+        + other_accelerator_notes(con)
+        + run_notes(con)
+    )
     if not devices:
         notes.append(
             "no GPU activity: the trace holds no kernels, memcpys or memsets with valid times"

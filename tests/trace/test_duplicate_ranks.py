@@ -6,6 +6,7 @@ runs (decades on a wall clock) at about 0% utilization."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -115,13 +116,16 @@ def test_inputs_that_claim_no_rank_keep_their_position(tmp_path):
 def test_two_inputs_that_claim_the_same_rank_from_the_cli(tmp_path):
     a = trace(tmp_path / "a.json", 1_000, rank=0)
     b = trace(tmp_path / "b.json", 1_000 + 30 * DAY_US, rank=0)
-    r = subprocess.run(  # short relative paths: a device's heading is cut at the terminal width
-        [sys.executable, "-m", "wanscope", "analyze", a.name, b.name], capture_output=True, text=True, cwd=tmp_path
+    r = subprocess.run(  # a wide terminal: a device's heading is cut at its width
+        [sys.executable, "-m", "wanscope", "analyze", str(a), str(b)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "400"},
     )
     assert r.returncode == 0, r.stderr
     out = " ".join(r.stdout.split())  # rich wraps long lines
-    assert "rank 0 · device 0 · a.json" in out and "rank 1 · device 0 · b.json" in out
-    assert "b.json claims rank 0, which a.json has" in out
+    assert f"rank 0 · device 0 · {a}" in out and f"rank 1 · device 0 · {b}" in out
+    assert f"{b} claims rank 0, which {a} has" in out
 
 
 def test_a_kineto_trace_that_claims_a_rank_of_an_nsys_export(tmp_path):

@@ -2,8 +2,8 @@
 
 Definitions (docs/design.md, "Definitions"):
 - GPU activity: kernels, memcpy and memset records with valid times (ingest already
-  dropped zero-timestamp and negative-duration records and counted them; records lasting
-  0 ns are activity).
+  dropped zero-timestamp and negative-duration records and counted them; records of zero
+  duration are activity).
 - Window: first GPU activity start to last GPU activity end per (rank, device); with a
   step range, the union of the selected steps' GPU intervals.
 - A step's GPU interval runs from the first start to the last end of the GPU activity

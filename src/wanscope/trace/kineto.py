@@ -206,7 +206,7 @@ SELECT
   CASE WHEN cat IN ('cpu_op', 'operator') THEN args."Input Dims"::VARCHAR END AS input_dims,
   args.name AS arg_name,
   -- warnings (per record, counted; the record excluded, except undecodable bytes outside its
-  -- name and a GPU record lasting 0 ns, which is kept with its 0 ns)
+  -- name and a GPU record of zero duration, which is kept as it is)
   ph = 'X' AND known AND (s IS NULL OR s <= 0 OR d IS NULL) AS no_timing,
   gpu AND valid AND d = 0 AND device IS NOT NULL AND stream IS NOT NULL AND NOT overflow
       AND NOT undecodable_name AS zero_duration,

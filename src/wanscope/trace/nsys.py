@@ -32,7 +32,7 @@ rank. ``sources.rank`` is the file's first rank; ``meta`` key ``ranks`` maps pid
 start or end, or times that are not positive integers (``no_timing``), any record ending
 before it starts (``end_before_start``), kernels whose name id is not in ``StringIds``
 (``malformed_event``), NVTX ranges never closed (``unterminated_range``). Counted and
-kept: kernels, memcpys and memsets lasting 0 ns (``zero_duration``), as in a Kineto trace.
+kept: kernels, memcpys and memsets of zero duration (``zero_duration``), as in a Kineto trace.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ class _Ingest:
         """WHERE clause selecting the records of ``table`` (named ``alias`` in the query)
         with usable times, after counting the others into the warnings. GPU records need
         positive start and end; API calls (``zero_start``) only a start >= 0. Records of
-        GPU activity (``activity``: kernels, memcpy, memset) lasting 0 ns are kept and
+        GPU activity (``activity``: kernels, memcpy, memset) of zero duration are kept and
         counted as ``zero_duration``."""
         ints = _integers("start", '"end"')
         bad, good = (

@@ -1,4 +1,4 @@
-"""``--step-range`` on the host side: syncs count only when their wait starts inside a
+"""``--step-range`` on the host side: syncs count only when their wait overlaps a
 selected step's CPU range (GPU ``sync`` and CPU-only ``would_sync`` alike); a range that
 selects no step is a usage error naming the trace's steps.
 

@@ -87,8 +87,8 @@ def test_per_record_problems_are_counted_and_excluded(tmp_path):
     (d,) = result["devices"]
     # Every counted record is excluded from window and busy (issue 2), the kernel with
     # undecodable bytes in its name (20..30) and the one whose correlation overflows (60..61)
-    # too: one kernel, 10..15, remains.
-    assert (d["window_ns"], d["busy_ns"], d["kernel_count"]) == (5_000, 5_000, 1)
+    # too, except the zero-duration kernel, which is still a kernel: 10..15 and 40..40 remain.
+    assert (d["window_ns"], d["busy_ns"], d["kernel_count"]) == (30_000, 5_000, 2)
     assert [k["name"] for k in d["top_kernels"]] == ["k"]
 
 

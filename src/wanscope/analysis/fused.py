@@ -36,6 +36,7 @@ from functools import lru_cache
 from importlib import resources
 
 from wanscope.analysis.scope import Scope
+from wanscope.analysis.stacks import containment_key
 
 PREFIX = "triton_"
 KINDS = {
@@ -175,7 +176,7 @@ tk AS (
   SELECT row_number() OVER () AS kid, rank, device, name, dur_ns, correlation, pid
   FROM activity WHERE kind = 'kernel' AND starts_with(name, '{prefix}')),
 host AS (
-  SELECT tk.kid, arg_max(o.name, o.depth) AS launched_as
+  SELECT tk.kid, arg_max(o.name, {containment}) AS launched_as
   FROM tk
   JOIN api_calls c ON c.rank = tk.rank AND c.pid = tk.pid AND c.correlation = tk.correlation
   JOIN cpu_ops o ON o.rank = c.rank AND o.pid = c.pid AND o.tid = c.tid
@@ -229,7 +230,13 @@ def fused_kernels(con, scope: Scope | None = None, per_device: bool = True) -> d
     """
     keys = "rank, device," if per_device else ""
     join_totals = "JOIN totals USING (rank, device)" if per_device else "CROSS JOIN totals"
-    sql = _FUSED_SQL.format(ctes=(scope or Scope()).ctes(), prefix=PREFIX, keys=keys, join_totals=join_totals)
+    sql = _FUSED_SQL.format(
+        ctes=(scope or Scope()).ctes(),
+        prefix=PREFIX,
+        keys=keys,
+        join_totals=join_totals,
+        containment=containment_key("o"),
+    )
     out: dict[tuple, list[dict]] = defaultdict(list)
     for row in con.execute(sql).fetchall():
         key, values = (tuple(row[:2]), row[2:]) if per_device else ((), row)

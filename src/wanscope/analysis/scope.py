@@ -2,7 +2,8 @@
 
 Definitions (docs/design.md, "Definitions"):
 - GPU activity: kernels, memcpy and memset records with valid times (ingest already
-  dropped zero-timestamp and non-positive-duration records and counted them).
+  dropped zero-timestamp and negative-duration records and counted them; records of zero
+  duration are activity).
 - Window: first GPU activity start to last GPU activity end per (rank, device); with a
   step range, the union of the selected steps' GPU intervals.
 - A step's GPU interval runs from the first start to the last end of the GPU activity
@@ -121,6 +122,17 @@ class Scope:
         return (
             f"EXISTS (SELECT 1 FROM steps _s WHERE _s.rank = {rank} AND _s.pid = {pid} "
             f"AND {start_ns} BETWEEN _s.start_ns AND _s.end_ns AND {self._step_filter()})"
+        )
+
+    def overlaps_steps(self, rank: str, pid: str, start_ns: str, end_ns: str) -> str:
+        """SQL condition: the host interval ``start_ns``..``end_ns`` of process ``pid`` of
+        ``rank`` overlaps a selected step's CPU range (ends included); TRUE without a step
+        range. Qualified column expressions, as for :meth:`in_steps`."""
+        if self.step_range is None:
+            return "TRUE"
+        return (
+            f"EXISTS (SELECT 1 FROM steps _s WHERE _s.rank = {rank} AND _s.pid = {pid} "
+            f"AND {start_ns} <= _s.end_ns AND {end_ns} >= _s.start_ns AND {self._step_filter()})"
         )
 
     def ctes(self) -> str:

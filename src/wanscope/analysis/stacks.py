@@ -4,9 +4,24 @@ GPU op -> its launch (the API call with the same correlation id in the same proc
 ``api_calls``) -> the ``cpu_ops`` enclosing the launch on the launching thread at launch
 time (aten ops, Python frames, annotations), outermost first (docs/design.md, "Call stack
 behind a gap").
+
+Host ranges open at one instant are ordered by containment, from their times alone: by
+start, the longer first at equal starts, and at equal start and end a ``record_function``
+or NVTX range outside a Python frame outside an aten op. Not by ``cpu_ops.depth``: a
+``record_function`` range opens inside the Python call that enters it and outlives it, so
+the depth of what runs inside the range counts that call (docs/design.md).
 """
 
 from __future__ import annotations
+
+
+def containment_key(alias: str = "") -> str:
+    """SQL: a sort key of the ``cpu_ops`` row ``alias`` under which, among ranges open at one
+    instant, an enclosing range sorts before the ranges it encloses (then ``depth`` and
+    ``id``: the ingest's order of ranges with the same times and kind)."""
+    p = f"{alias}." if alias else ""
+    kind = f"CASE {p}kind WHEN 'python' THEN 1 WHEN 'op' THEN 2 ELSE 0 END"
+    return f"[{p}start_ns, -{p}end_ns, {kind}, {p}depth, {p}id]"
 
 
 def launch_of(con, rank: int, pid: int | None, correlation: int | None) -> tuple | None:
@@ -23,11 +38,12 @@ def launch_of(con, rank: int, pid: int | None, correlation: int | None) -> tuple
 
 
 def stack_at(con, rank: int, pid: int, tid: int, t_ns: int) -> list[str]:
-    """Names of the host ranges open on thread (rank, pid, tid) at ``t_ns``, outermost first."""
+    """Names of the host ranges open on thread (rank, pid, tid) at ``t_ns``, outermost first
+    (``containment_key``)."""
     rows = con.execute(
-        """SELECT name FROM cpu_ops
+        f"""SELECT name FROM cpu_ops
            WHERE rank = ? AND pid = ? AND tid = ? AND start_ns <= ? AND end_ns >= ?
-           ORDER BY depth, start_ns""",
+           ORDER BY {containment_key()}""",
         [rank, pid, tid, t_ns, t_ns],
     ).fetchall()
     return [r[0] for r in rows]

@@ -16,12 +16,15 @@ from wanscope.analysis.scope import Scope
 from wanscope.analysis.steps import step_times
 from wanscope.analysis.syncs import find_syncs
 from wanscope.analysis.utilization import device_utilization
+from wanscope.trace.kineto import CLAIMED_RANK_KEY, OTHER_ACCELERATOR_KEY, OTHER_ACCELERATORS
+from wanscope.trace.link import PARTIAL_OVERLAPS_KEY
+from wanscope.trace.nsys_export import DEGRADED_KEY
 
 SCHEMA_VERSION = 1
 
 
 def warnings(con) -> dict[str, int]:
-    """Counts by kind of records excluded at ingest, over all sources."""
+    """Counts by kind of records excluded or flagged at ingest, over all sources."""
     return {
         k: int(n)
         for k, n in con.execute("SELECT kind, sum(count) FROM ingest_warnings GROUP BY kind ORDER BY kind").fetchall()
@@ -29,12 +32,104 @@ def warnings(con) -> dict[str, int]:
 
 
 def sources(con) -> list[dict]:
+    """The inputs in order: ``path``, ``format``, ``rank``, ``events``, and ``claimed_rank``,
+    the rank the file claimed where an earlier input had it (it got ``rank`` instead), else
+    None."""
     return [
-        {"path": p, "format": f, "rank": r, "events": n}
-        for p, f, r, n in con.execute(
-            "SELECT path, format, rank, event_count FROM sources ORDER BY source_id"
+        {"path": p, "format": f, "rank": r, "events": n, "claimed_rank": None if c is None else int(c)}
+        for p, f, r, n, c in con.execute(
+            f"""SELECT path, format, rank, event_count, m.value FROM sources
+                LEFT JOIN meta m ON m.source_id = sources.source_id AND m.key = '{CLAIMED_RANK_KEY}'
+                ORDER BY sources.source_id"""
         ).fetchall()
     ]
+
+
+def source_of_rank(con) -> dict[int, int]:
+    """rank -> index of its input in ``sources`` (an Nsight Systems export holds one rank
+    per process, its ``meta`` key ``ranks``)."""
+    out = {}
+    for source_id, rank, fmt, ranks in con.execute(
+        "SELECT source_id, rank, format, (SELECT value FROM meta m WHERE m.source_id = s.source_id AND key = 'ranks') "
+        "FROM sources s ORDER BY source_id"
+    ).fetchall():
+        out[rank] = source_id
+        if fmt == "nsys" and ranks:
+            out.update({int(r): source_id for r in orjson.loads(ranks).values()})
+    return out
+
+
+def rank_notes(srcs: list[dict]) -> list[str]:
+    """One sentence per input whose rank an earlier input had, naming both files."""
+    notes = []
+    for s in srcs:
+        if s["claimed_rank"] is None:
+            continue
+        holder = next((h["path"] for h in srcs if h["rank"] == s["claimed_rank"]), None)
+        notes.append(
+            f"{s['path']} claims rank {s['claimed_rank']}, which {holder or 'an earlier input'} has "
+            f"(two jobs, or two runs of one worker?): kept apart, {s['path']} as rank {s['rank']}"
+        )
+    return notes
+
+
+def stream_notes(con, warns: dict[str, int]) -> list[str]:
+    """Sentences on GPU records whose times overlap the next record on their stream: those
+    clipped at ingest (``clipped_duration``), and those that only overlap its start, kept."""
+
+    def records(n: int) -> str:
+        return f"{n:,} GPU record" + ("" if n == 1 else "s")
+
+    notes = []
+    clipped = warns.get("clipped_duration", 0)
+    if clipped:
+        its = "its" if clipped == 1 else "their"
+        notes.append(
+            f"{records(clipped)} extended past the end of the next record on {its} stream, which a stream "
+            "that runs its work in order cannot do (a known CUPTI timestamp artifact): clipped to that "
+            "record's start (warnings: clipped_duration)"
+        )
+    (partial,) = con.execute(
+        f"SELECT coalesce(sum(try_cast(value AS BIGINT)), 0) FROM meta WHERE key = '{PARTIAL_OVERLAPS_KEY}'"
+    ).fetchall()[0]
+    if partial:
+        verb, its = ("ends", "its") if partial == 1 else ("end", "their")
+        notes.append(
+            f"{records(int(partial))} {verb} after the next record on {its} stream has started (programmatic "
+            "dependent launch lets a kernel start before the previous one ends): kept as recorded; busy "
+            "time counts the overlap once"
+        )
+    return notes
+
+
+def other_accelerator_notes(con) -> list[str]:
+    """One sentence on the device events of other accelerators (MTIA, ...) left out, by
+    Kineto category with counts."""
+    by_cat: dict[str, int] = {}
+    for (text,) in con.execute(f"SELECT value FROM meta WHERE key = '{OTHER_ACCELERATOR_KEY}'").fetchall():
+        for cat, n in orjson.loads(text).items():
+            by_cat[cat] = by_cat.get(cat, 0) + int(n)
+    if not by_cat:
+        return []
+    total = sum(by_cat.values())
+    parts = ", ".join(f"{cat} ({OTHER_ACCELERATORS.get(cat, 'other')}) {n:,}" for cat, n in sorted(by_cat.items()))
+    return [
+        f"{total:,} device event{'s' if total != 1 else ''} of other accelerators left out: {parts}; "
+        "the analysis covers CUDA and ROCm GPU work (kernels, memcpys, memsets) "
+        "(warnings: other_accelerator)"
+    ]
+
+
+def degraded_notes(con) -> list[str]:
+    """One sentence per optional column an Nsight Systems export lacked, naming the file
+    and what was lost (``trace.nsys.DEGRADED_KEY``)."""
+    notes = []
+    for path, text in con.execute(
+        f"SELECT s.path, m.value FROM meta m JOIN sources s USING (source_id) WHERE m.key = '{DEGRADED_KEY}' "
+        "ORDER BY s.source_id"
+    ).fetchall():
+        notes += [f"{path}: the export's {sentence}" for sentence in orjson.loads(text)]
+    return notes
 
 
 def run_notes(con) -> list[str]:
@@ -46,7 +141,7 @@ def run_notes(con) -> list[str]:
             note = orjson.loads(text).get("note")
         except (orjson.JSONDecodeError, AttributeError):
             continue
-        if note and note not in notes:
+        if isinstance(note, str) and note and note not in notes:
             notes.append(note)
     return notes
 
@@ -78,8 +173,10 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
     gaps = idle_gaps(con, scope, top, min_gap_ns)
     fused = fused_kernels(con, scope)
     empty_gaps = {"count": 0, "total_ns": 0, "histogram": {}, "largest": []}
+    source_of = source_of_rank(con)
     for d in devices:
         key = (d["rank"], d["device"])
+        d["source"] = source_of.get(d["rank"])
         d["top_kernels"] = tops.get(key, [])
         d["categories"] = cats.get(key, [])
         d["gaps"] = gaps.get(key, empty_gaps)
@@ -87,7 +184,15 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
     gpu_ranks = (
         {d["rank"] for d in device_utilization(con, Scope())} if scope.step_range else {d["rank"] for d in devices}
     )
-    notes = run_notes(con)
+    srcs = sources(con)
+    warns = warnings(con)
+    notes = (
+        rank_notes(srcs)
+        + degraded_notes(con)
+        + stream_notes(con, warns)
+        + other_accelerator_notes(con)
+        + run_notes(con)
+    )
     if not devices:
         notes.append(
             "no GPU activity: the trace holds no kernels, memcpys or memsets with valid times"
@@ -96,8 +201,8 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         )
     result = {
         "schema_version": SCHEMA_VERSION,
-        "sources": sources(con),
-        "warnings": warnings(con),
+        "sources": srcs,
+        "warnings": warns,
         "devices": devices,
         "syncs": find_syncs(con, gpu_ranks, scope),
         "steps": step_times(con, scope),

@@ -7,12 +7,14 @@ CUDA Runtime API, "API synchronization behavior"). Calls under the same outermos
 (``aten::item`` -> ``cudaMemcpyAsync`` + ``cudaStreamSynchronize``) are one wait.
 On a rank with no GPU activity (a CPU run) the ops that would sync on a GPU are reported
 as ``would_sync`` with their own host time as ``wait_ns``. With a step range, only waits
-that start inside a selected step's CPU range count.
+that overlap a selected step's CPU range count (whole: a wait that began before the step
+or ends after it is listed with all of its time).
 """
 
 from __future__ import annotations
 
 from wanscope.analysis.scope import Scope
+from wanscope.analysis.stacks import containment_key
 
 SYNC_APIS = (
     "cudaStreamSynchronize",
@@ -67,7 +69,7 @@ def _user_frame(column: str) -> str:
 
 
 def find_syncs(con, gpu_ranks: set[int], scope: Scope | None = None) -> list[dict]:
-    """Every blocking wait in the trace (in ``scope``: starting inside a selected step's CPU
+    """Every blocking wait in the trace (in ``scope``: overlapping a selected step's CPU
     range of the same process), by rank and start time. Each record: ``kind`` (``sync`` or
     ``would_sync``), ``rank``, ``api``, ``op`` (outermost aten op), ``frame`` (innermost
     Python frame outside torch), ``start_ns``, ``wait_ns``, ``gpu_idle_after_ns``."""
@@ -80,14 +82,14 @@ def find_syncs(con, gpu_ranks: set[int], scope: Scope | None = None) -> list[dic
                SELECT 1 FROM memops m WHERE m.rank = c.rank AND m.pid = c.pid
                  AND m.correlation = c.correlation AND m.name LIKE '%Pageable%'))),
     enc AS (
-      SELECT c.call_id, o.id, o.kind, o.name, o.depth FROM calls c
+      SELECT c.call_id, o.id, o.kind, o.name, {containment_key("o")} AS outside FROM calls c
       JOIN cpu_ops o ON o.rank = c.rank AND o.pid = c.pid AND o.tid = c.tid
        AND o.start_ns <= c.start_ns AND o.end_ns >= c.end_ns),
     named AS (
       SELECT call_id,
-             arg_min(name, depth) FILTER (kind = 'op' AND name LIKE 'aten::%') AS op,
-             arg_min(id, depth) FILTER (kind = 'op' AND name LIKE 'aten::%') AS op_id,
-             arg_max(name, depth) FILTER (kind = 'python' AND {_user_frame("name")}) AS frame
+             arg_min(name, outside) FILTER (kind = 'op' AND name LIKE 'aten::%') AS op,
+             arg_min(id, outside) FILTER (kind = 'op' AND name LIKE 'aten::%') AS op_id,
+             arg_max(name, outside) FILTER (kind = 'python' AND {_user_frame("name")}) AS frame
       FROM enc GROUP BY call_id),
     nexts AS (
       SELECT c.call_id, a.start_ns AS next_start FROM calls c
@@ -96,11 +98,11 @@ def find_syncs(con, gpu_ranks: set[int], scope: Scope | None = None) -> list[dic
     SELECT * FROM (
       SELECT c.rank, c.pid, c.tid, coalesce(n.op_id, -c.call_id) AS wait_key,
              arg_max(c.name, c.dur_ns) AS api, any_value(n.op) AS op, any_value(n.frame) AS frame,
-             min(c.start_ns) AS start_ns, sum(c.dur_ns) AS wait_ns,
+             min(c.start_ns) AS start_ns, max(c.end_ns) AS end_ns, sum(c.dur_ns) AS wait_ns,
              max(x.next_start) - max(c.end_ns) AS idle_after
       FROM calls c LEFT JOIN named n USING (call_id) LEFT JOIN nexts x USING (call_id)
       GROUP BY ALL) w
-    WHERE {scope.in_steps("w.rank", "w.pid", "w.start_ns")}
+    WHERE {scope.overlaps_steps("w.rank", "w.pid", "w.start_ns", "w.end_ns")}
     ORDER BY start_ns
     """).fetchall()
     out = [
@@ -111,8 +113,8 @@ def find_syncs(con, gpu_ranks: set[int], scope: Scope | None = None) -> list[dic
             "op": r[5],
             "frame": r[6],
             "start_ns": int(r[7]),
-            "wait_ns": int(r[8]),
-            "gpu_idle_after_ns": None if r[9] is None else max(int(r[9]), 0),
+            "wait_ns": int(r[9]),
+            "gpu_idle_after_ns": None if r[10] is None else max(int(r[10]), 0),
         }
         for r in rows
     ]
@@ -131,9 +133,9 @@ def _would_syncs(con, ranks: list[int], scope: Scope) -> list[dict]:
       SELECT o.* FROM cpu_ops o LEFT JOIN cpu_ops p ON p.id = o.parent_id
       WHERE o.name IN ({_quoted(SYNC_OPS)}) AND (p.name IS NULL OR p.name NOT IN ({_quoted(SYNC_OPS)}))
         AND o.rank IN ({", ".join(str(int(r)) for r in ranks)})
-        AND {scope.in_steps("o.rank", "o.pid", "o.start_ns")}),
+        AND {scope.overlaps_steps("o.rank", "o.pid", "o.start_ns", "o.end_ns")}),
     frames AS (
-      SELECT h.id, arg_max(f.name, f.depth) AS frame FROM hits h
+      SELECT h.id, arg_max(f.name, {containment_key("f")}) AS frame FROM hits h
       JOIN cpu_ops f ON f.rank = h.rank AND f.pid = h.pid AND f.tid = h.tid AND f.kind = 'python'
        AND f.start_ns <= h.start_ns AND f.end_ns >= h.end_ns AND {_user_frame("f.name")}
       GROUP BY h.id)

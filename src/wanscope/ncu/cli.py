@@ -50,6 +50,13 @@ def short_name(name: str, width: int = 100) -> str:
     return s if len(s) <= width else s[: width - 3] + "..."
 
 
+def _print_warning(line: str) -> None:
+    """One of ncu's own warning lines, as ncu wrote it (rich markup escaped)."""
+    from rich.markup import escape
+
+    make_console().print(f"[yellow]{escape(line)}[/yellow]", soft_wrap=True)
+
+
 def _render(d: Diagnosis) -> None:
     from rich.table import Table
 
@@ -101,17 +108,26 @@ def _render_comparison(c: Comparison, a_name: str, b_name: str) -> None:
     console.print(c.summary())
 
 
-def diagnose_report(path: str, kernel_regex: str | None) -> list[Diagnosis]:
-    """Diagnoses of the kernels of one report, filtered by ``kernel_regex``."""
+def diagnose_report(path: str, kernel_regex: str | None) -> tuple[list[Diagnosis], list[str]]:
+    """Diagnoses of the kernels of one report, filtered by ``kernel_regex``, and the
+    report's ncu warnings (``NcuReport.warnings``)."""
     report = read_report(path)
-    return [diagnose(k) for k in select_kernels(report, kernel_regex)]
+    return [diagnose(k) for k in select_kernels(report, kernel_regex)], report.warnings
 
 
-def emit(diagnoses: list[Diagnosis], source: str, fmt: str) -> None:
+def emit(diagnoses: list[Diagnosis], source: str, fmt: str, warnings: list[str] | None = None) -> None:
+    warnings = warnings or []
     if fmt == "json":
-        doc = {"schema_version": SCHEMA_VERSION, "source": source, "kernels": [d.to_json() for d in diagnoses]}
+        doc = {
+            "schema_version": SCHEMA_VERSION,
+            "source": source,
+            "warnings": warnings,
+            "kernels": [d.to_json() for d in diagnoses],
+        }
         click.echo(dumps_json(doc))
     else:
+        for line in warnings:
+            _print_warning(line)
         for d in diagnoses:
             _render(d)
 
@@ -138,14 +154,19 @@ def ncu(reports, kernel_regex, kernel_regex_b, fmt):
     if len(reports) > 2:
         raise UsageError(f"wanscope ncu takes one report, or two to compare; got {len(reports)}")
     if len(reports) == 1:
-        emit(diagnose_report(reports[0], kernel_regex), reports[0], fmt)
+        diagnoses, warnings = diagnose_report(reports[0], kernel_regex)
+        emit(diagnoses, reports[0], fmt, warnings)
         return
     a, b = reports
-    comparison = compare_reports(read_report(a), read_report(b), kernel_regex, kernel_regex_b or kernel_regex)
+    ra, rb = read_report(a), read_report(b)
+    comparison = compare_reports(ra, rb, kernel_regex, kernel_regex_b or kernel_regex)
+    warnings = [f"{a}: {w}" for w in ra.warnings] + [f"{b}: {w}" for w in rb.warnings]
     if fmt == "json":
-        doc = {"schema_version": SCHEMA_VERSION, "sources": [a, b], **comparison.to_json()}
+        doc = {"schema_version": SCHEMA_VERSION, "sources": [a, b], "warnings": warnings, **comparison.to_json()}
         click.echo(dumps_json(doc))
     else:
+        for line in warnings:
+            _print_warning(line)
         _render_comparison(comparison, a, b)
 
 
@@ -189,4 +210,4 @@ def ncu_run(kernel_regex, launch_skip, launch_count, output, ncu_path, fmt, comm
         report = read_report(files.report)
     except InputError:  # ncu-report not installed: the raw page holds the same metrics
         report = read_report(files.raw_csv)
-    emit([diagnose(k) for k in report.kernels], str(files.report), fmt)
+    emit([diagnose(k) for k in report.kernels], str(files.report), fmt, report.warnings)

@@ -173,14 +173,38 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
-def occupancy_arithmetic(a: occ.Arch, launch: occ.Launch, o: occ.Occupancy) -> str:
+# The block limits of the table (``facts``) with the calculator's name for each.
+_LIMITS = (
+    ("block_limit_registers", "registers"),
+    ("block_limit_shared_mem", "shared memory"),
+    ("block_limit_warps", "warps"),
+    ("block_limit_blocks", "blocks"),
+)
+
+
+def occupancy_arithmetic(a: occ.Arch, launch: occ.Launch, o: occ.Occupancy, reported: dict | None = None) -> str:
     """The occupancy calculation in words, e.g. for FA2 on an H200: "255 registers per
     thread are allocated as 256 (32 x 255 = 8,160 registers round up to 8,192 per warp,
     in units of 256); a scheduler partition holds 16,384, so 2 warps fit per scheduler
-    and 8 per SM; ..."."""
+    and 8 per SM; ...".
+
+    ``reported``: Nsight Compute's own block limits and theoretical occupancy (the keys of
+    ``M``, None where the report lacks one). The sentence states the same numbers as the
+    table, which shows ncu's where it has them: each limit is ncu's where reported, and
+    where it differs from the calculator's the calculator's derivation gives way to ncu's
+    number, with the calculator's beside it."""
+    reported = reported or {}
+    calc = {key: getattr(o, key) for key, _ in _LIMITS}
+    final = {key: int(reported[key]) if reported.get(key) is not None else calc[key] for key in calc}
+
+    def limit(key: str) -> str:
+        if final[key] == calc[key]:
+            return f"{final[key]}"
+        return f"{final[key]} (Nsight Compute's limit; the calculator gives {calc[key]})"
+
     parts = []
     r = launch.registers_per_thread
-    if r > 0:
+    if r > 0 and final["block_limit_registers"] == calc["block_limit_registers"]:
         raw = 32 * r
         if raw == o.registers_per_warp:
             parts.append(f"{r} registers per thread: a warp takes 32 x {r} = {o.registers_per_warp:,} registers")
@@ -194,21 +218,31 @@ def occupancy_arithmetic(a: occ.Arch, launch: occ.Launch, o: occ.Occupancy) -> s
             f"a scheduler partition holds {a.registers_per_partition:,}, so {per} warps fit per scheduler "
             f"and {per * a.scheduler_partitions} per SM"
         )
+    regs = f"{r} registers per thread allow" if r > 0 and parts == [] else "registers allow"
     parts.append(
-        f"a {launch.block_size}-thread block is {_count(o.warps_per_block, 'warp')}, so registers allow "
-        f"{_count(o.block_limit_registers, 'block')} per SM, the {a.max_warps_per_sm}-warp limit {o.block_limit_warps}, "
-        f"the SM's block limit {o.block_limit_blocks}"
+        f"a {launch.block_size}-thread block is {_count(o.warps_per_block, 'warp')}, so {regs} "
+        f"{limit('block_limit_registers')} blocks per SM, the {a.max_warps_per_sm}-warp limit "
+        f"{limit('block_limit_warps')}, the SM's block limit {limit('block_limit_blocks')}"
     )
-    if o.shared_mem_per_block_bytes:
+    binding = min(final.values())
+    if o.shared_mem_per_block_bytes or final["block_limit_shared_mem"] == binding:
         parts.append(
             f"shared memory ({o.shared_mem_per_block_bytes:,} bytes per block with the driver's "
-            f"{a.reserved_shared_mem_per_block_bytes:,}) allows {o.block_limit_shared_mem} in the "
+            f"{a.reserved_shared_mem_per_block_bytes:,}) allows {limit('block_limit_shared_mem')} in the "
             f"{launch.shared_mem_config_bytes:,}-byte carveout"
         )
+    warps = binding * o.warps_per_block
+    pct = 100.0 * warps / a.max_warps_per_sm
+    theirs = reported.get("theoretical_occupancy_pct")
+    occupancy = (
+        f"{_n(pct)}% theoretical occupancy"
+        if theirs is None or abs(theirs - pct) < 0.005
+        else f"Nsight Compute reports {_n(theirs)}% theoretical occupancy"
+    )
+    limiters = " and ".join(name for key, name in _LIMITS if final[key] == binding)
     parts.append(
-        f"{_count(o.active_blocks_per_sm, 'block')} x {_count(o.warps_per_block, 'warp')} = {o.active_warps_per_sm} of "
-        f"{a.max_warps_per_sm} warps: {_n(o.occupancy_pct)}% theoretical occupancy "
-        f"(limited by {' and '.join(o.limiters)})"
+        f"{_count(binding, 'block')} x {_count(o.warps_per_block, 'warp')} = {warps} of "
+        f"{a.max_warps_per_sm} warps: {occupancy} (limited by {limiters})"
     )
     return "; ".join(parts)
 
@@ -328,7 +362,7 @@ def diagnose(k: KernelProfile) -> Diagnosis:
     launch = _launch(f)
     o = occ.occupancy(a, launch) if a and launch else None
     rows = what_if(a, launch, o) if o else []
-    arithmetic = occupancy_arithmetic(a, launch, o) if o else None
+    arithmetic = occupancy_arithmetic(a, launch, o, f) if o else None
 
     sm, mem = f["sm_throughput_pct"], f["memory_throughput_pct"]
     sentences = []

@@ -126,11 +126,13 @@ class KernelProfile:
 @dataclass
 class NcuReport:
     """Every kernel of one report. ``source`` names the layout the file was read as:
-    ``details-csv``, ``raw-csv`` or ``ncu-rep``."""
+    ``details-csv``, ``raw-csv`` or ``ncu-rep``; ``warnings``: the ``==WARNING==``,
+    ``==PROF==``, ``==ERROR==`` and ``==INFO==`` lines ncu wrote into a CSV, as they are."""
 
     path: str
     source: str
     kernels: list[KernelProfile]
+    warnings: list[str] = field(default_factory=list)
 
     def rows(self):
         """The tidy table: (kernel_id, kernel_name, block, grid, section, label, name,

@@ -14,9 +14,10 @@ Layouts handled (all seen in the test fixtures' ncu reports, ``tests/ncu``):
 - ``.ncu-rep``: through NVIDIA's ``ncu_report`` module (PyPI package ``ncu-report``);
   exact values, and the occupancy curves as instanced metrics.
 
-``==PROF==``/``==WARNING==``/``==ERROR==`` lines that ncu mixes into the same stream are
-skipped wherever they appear outside a quoted field. Malformed input raises ``InputError``
-with one line saying what is wrong.
+``==PROF==``/``==WARNING==``/``==ERROR==`` lines that ncu mixes into the same stream (before
+the header, or anywhere outside a quoted field) are not CSV: they are kept, as they are, in
+``NcuReport.warnings``. Malformed input raises ``InputError`` with one line saying what is
+wrong.
 """
 
 from __future__ import annotations
@@ -76,27 +77,30 @@ def read_report(path: str | Path) -> NcuReport:
 
 def read_csv(path: str | Path) -> NcuReport:
     """Read an ncu ``--csv`` export, details page or raw page (told apart by the header)."""
-    header, rows = _csv_rows(Path(path))
-    if "Metric Name" in header:
-        return _details(path, header, rows)
-    return _raw(path, header, rows)
+    header, rows, tool_lines = _csv_rows(Path(path))
+    report = _details(path, header, rows) if "Metric Name" in header else _raw(path, header, rows)
+    report.warnings = tool_lines
+    return report
 
 
-def _strip_tool_lines(text: str) -> tuple[str, int]:
-    """The CSV text from its header on, without ncu's ``==PROF==``-style lines; and the
-    1-based line number where the header was found."""
+def _strip_tool_lines(text: str) -> tuple[str, int, list[str]]:
+    """The CSV text from its header on, without ncu's ``==PROF==``-style lines; the
+    1-based line number where the header was found; and those lines (before the header
+    and after it, outside quoted fields), in order, without their line ends."""
     lines = text.splitlines(keepends=True)
     start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID",')), None)
     if start is None:
-        return "", 0
+        return "", 0, []
+    tool = [ln.rstrip("\r\n") for ln in lines[:start] if ln.startswith(_TOOL_LINE)]
     kept, in_quotes = [], False
     for ln in lines[start:]:
         if not in_quotes and ln.startswith(_TOOL_LINE):
+            tool.append(ln.rstrip("\r\n"))
             continue
         kept.append(ln)
         if ln.count('"') % 2:
             in_quotes = not in_quotes
-    return "".join(kept), start + 1
+    return "".join(kept), start + 1, tool
 
 
 def _not_ncu_reason(text: str) -> str:
@@ -109,14 +113,14 @@ def _not_ncu_reason(text: str) -> str:
     return f'not an Nsight Compute CSV: expected a header starting with "ID", found {first[:60]!r}'
 
 
-def _csv_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
+def _csv_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]], list[str]]:
     try:
         text = path.read_bytes().decode("utf-8-sig")  # a BOM where Excel saved it
     except OSError as e:
         raise InputError(path, f"cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError:
         raise InputError(path, "not text (neither CSV nor a .ncu-rep)") from None
-    body, header_line = _strip_tool_lines(text)
+    body, header_line, tool_lines = _strip_tool_lines(text)
     if not body:
         raise InputError(path, _not_ncu_reason(text))
     if not body.endswith("\n"):
@@ -134,7 +138,7 @@ def _csv_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
         raise InputError(path, f"not an Nsight Compute CSV: no {missing[0]!r} column")
     if not rows:
         raise InputError(path, "has a header but no rows")
-    return header, rows
+    return header, rows, tool_lines
 
 
 def _triple(text: str | None) -> tuple[int, int, int] | None:

@@ -36,8 +36,12 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
         c.print(f"[bold]trace:[/bold] {used}", soft_wrap=True)  # a path is not cut at the width
     for note in result["notes"]:
         c.print(f"[yellow]{note}[/yellow]")
+    paths = [src["path"] for src in result["sources"]]
     for d in result["devices"]:
-        c.rule(f"rank {d['rank']} · device {d['device']}")
+        label = f"rank {d['rank']} · device {d['device']}"
+        if len(paths) > 1 and d.get("source") is not None:  # which input it came from
+            label += f" · {paths[d['source']]}"
+        c.rule(label)
         c.print(
             f"window {fmt_ns(d['window_ns'])} · busy {fmt_ns(d['busy_ns'])} · "
             f"[bold]utilization {fmt_pct(d['utilization_pct'])}[/bold] · "
@@ -116,7 +120,10 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
     if "ranks" in result:
         render_ranks(result["ranks"], c)
     if result["warnings"]:
-        c.print("records excluded at ingest: " + ", ".join(f"{k} {v:,}" for k, v in result["warnings"].items()))
+        c.print(
+            "ingest warnings (records excluded or flagged): "
+            + ", ".join(f"{k} {v:,}" for k, v in result["warnings"].items())
+        )
     c.print(f"[dim]{DEFINITIONS}[/dim]")
 
 

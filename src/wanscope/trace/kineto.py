@@ -37,12 +37,15 @@ import ijson
 import orjson
 
 from wanscope.errors import InputError
+from wanscope.trace.link import PARTIAL_OVERLAPS_KEY, clip_overruns
 
 CHUNK_BYTES = 12 << 20  # bytes of events per file DuckDB parses
 # Key added to an event whose bytes were not valid UTF-8 (replaced by U+FFFD before DuckDB
 # parses it), so that one with such bytes in its name is excluded (issue 2: counted by kind,
 # excluded from window and busy).
 UNDECODABLE_KEY = "wanscope_undecodable"
+# meta key of a source whose rank was taken by an earlier input: the rank it claimed.
+CLAIMED_RANK_KEY = "wanscope_claimed_rank"
 STAGE_FILES = 8  # files per staging statement, parsed on parallel threads (an even count per core)
 EVENTS_KEY = b'"traceEvents"'
 _EVENTS_KEY_RE = re.compile(rb'"traceEvents"[ \t\r\n]*:')
@@ -80,10 +83,24 @@ IGNORED_CATEGORIES = {
     "gpu_user_annotation",
     "cuda_profiler_range",
     "python_function_call",
-    "mtia_ccp_events",
     "kineto",
     "gpu_hw_counter",
 }
+
+# Device events of accelerators other than CUDA and ROCm GPUs (Kineto's activity type names,
+# lower case) -> the accelerator. Left out of every table, counted (other_accelerator) and
+# named by category in meta (OTHER_ACCELERATOR_KEY), so that a note can say what was left out.
+OTHER_ACCELERATORS = {
+    "mtia_ccp_events": "MTIA",
+    "mtia_insight": "MTIA",
+    "mtia_counters": "MTIA",
+    "mlu_memcpy": "MLU",
+    "mlu_memset": "MLU",
+    "mlu_notifier": "MLU",
+    "gcu_memcpy": "GCU",
+    "gcu_memset": "GCU",
+}
+OTHER_ACCELERATOR_KEY = "wanscope_other_accelerator"
 
 # Fields read from each event. Times are parsed from the number's text straight into
 # DECIMAL (never through float64); other numbers are read as text so that integers beyond
@@ -123,6 +140,7 @@ _BIG = "9223372036854775807"  # largest BIGINT: ns values beyond it are integer_
 _KNOWN = ", ".join(f"'{c}'" for c in CATEGORIES)
 _LOWER = ", ".join(f"'{c}'" for c in [*CATEGORIES, "ac2g"])  # lower() only for the rest
 _IGNORED = ", ".join(f"'{c}'" for c in IGNORED_CATEGORIES)
+_OTHER = ", ".join(f"'{c}'" for c in OTHER_ACCELERATORS)
 _GPU = "('kernel', 'gpu_memcpy', 'memcpy', 'gpu_memset', 'memset')"
 _API = "('cuda_runtime', 'runtime', 'cuda_driver', 'driver')"
 _HOST = "('cpu_op', 'operator', 'python_function', 'user_annotation')"
@@ -132,6 +150,7 @@ _WARNINGS = (
     "end_before_start",
     "malformed_event",
     "unknown_category",
+    "other_accelerator",
     "integer_overflow",
 )
 
@@ -168,7 +187,7 @@ WITH raw AS (
 SELECT
   CASE WHEN cat = 'ac2g' AND ph IN ('s', 'f') THEN 'flow'
        WHEN NOT valid OR overflow OR undecodable_name THEN NULL
-       WHEN gpu THEN CASE WHEN d > 0 AND device IS NOT NULL AND stream IS NOT NULL
+       WHEN gpu THEN CASE WHEN d >= 0 AND device IS NOT NULL AND stream IS NOT NULL
                           THEN CASE WHEN cat = 'kernel' THEN 'kernel' ELSE 'memop' END END
        WHEN d < 0 THEN NULL
        WHEN cat IN {_API} THEN 'api'
@@ -186,14 +205,18 @@ SELECT
   CASE WHEN cat IN {_GPU} AND cat <> 'kernel' THEN try_cast(args.bytes AS BIGINT) END AS bytes,
   CASE WHEN cat IN ('cpu_op', 'operator') THEN args."Input Dims"::VARCHAR END AS input_dims,
   args.name AS arg_name,
-  -- warnings (per record, counted; the record excluded, except undecodable bytes outside its name)
+  -- warnings (per record, counted; the record excluded, except undecodable bytes outside its
+  -- name and a GPU record of zero duration, which is kept as it is)
   ph = 'X' AND known AND (s IS NULL OR s <= 0 OR d IS NULL) AS no_timing,
-  ph = 'X' AND known AND s > 0 AND d = 0 AND gpu AS zero_duration,
+  gpu AND valid AND d = 0 AND device IS NOT NULL AND stream IS NOT NULL AND NOT overflow
+      AND NOT undecodable_name AS zero_duration,
   ph = 'X' AND known AND s > 0 AND d < 0 AS end_before_start,
   ph IS NULL OR (ph = 'X' AND known AND name IS NULL)
-     OR (ph = 'X' AND gpu AND name IS NOT NULL AND s > 0 AND d > 0 AND s + d <= {_BIG}
+     OR (ph = 'X' AND gpu AND name IS NOT NULL AND s > 0 AND d >= 0 AND s + d <= {_BIG}
          AND (device IS NULL OR stream IS NULL)) AS malformed_event,
-  ph = 'X' AND cat IS NOT NULL AND NOT known AND cat NOT IN ({_IGNORED}) AS unknown_category,
+  ph = 'X' AND cat IS NOT NULL AND NOT known AND cat NOT IN ({_IGNORED}) AND cat NOT IN ({_OTHER})
+     AS unknown_category,
+  ph = 'X' AND cat IN ({_OTHER}) AS other_accelerator,
   overflow AS integer_overflow
 FROM flagged
 """
@@ -235,12 +258,12 @@ def _read_header(f, path: Path) -> tuple[bytes, bytes]:
             if not started:
                 raise InputError(path, "empty file")
             if key_at is not None:
-                raise InputError(path, "truncated: ends inside traceEvents")
+                raise _Malformed("truncated: ends inside traceEvents", len(buf))
             raise InputError(path, "no traceEvents: not a PyTorch profiler trace")
         if not started and more.strip():
             started = True
             if not more.lstrip().startswith(b"{"):
-                raise InputError(path, "not JSON: expected an object")
+                raise _Malformed("not JSON: expected an object", len(buf) + len(more) - len(more.lstrip()))
         buf += more
         if len(buf) > HEADER_LIMIT:
             raise InputError(path, "no traceEvents in the first 256 MB: not a PyTorch profiler trace")
@@ -254,29 +277,139 @@ def _read_bounded(f, limit: int, path: Path, what: str) -> bytes:
     return data
 
 
-def _header_dict(header: bytes, trailer: bytes | None, path: Path) -> dict:
-    """Top-level keys other than traceEvents (small: device properties, distributedInfo)."""
+def _loads(text: bytes):
+    """Parse JSON ``text`` (the top-level keys besides traceEvents, small), any JSON value
+    allowed, exactly: Python's parser, which keeps integers beyond 64 bits (orjson turns
+    them into floats) and takes numbers beyond a double's range (as infinity).
+
+    Raises:
+        ValueError: ``text`` is not JSON (``NaN`` and ``Infinity`` included, as the
+            streaming parser refuses them).
+        _TooDeep: nested deeper than Python's parser recurses.
+    """
+    try:
+        return json.loads(text, parse_constant=_not_json)
+    except RecursionError:
+        raise _TooDeep from None
+
+
+def _not_json(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _meta_text(value) -> str:
+    """A top-level key's value as the ``meta`` table's text: a string as it is, any other
+    JSON value as JSON (integers beyond 64 bits too)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return orjson.dumps(value).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(value, default=float)
+
+
+def _header_dict(header: bytes, trailer: bytes | None, path: Path, trailer_at: int = 0) -> dict:
+    """Top-level keys other than traceEvents (small: device properties, distributedInfo);
+    ``trailer`` (the bytes after the events' ``]``, None where the streaming parser read
+    them) starts at byte ``trailer_at`` of the file.
+
+    Raises:
+        _Malformed: the trailer is not the end of a JSON object.
+    """
     text = header.rstrip().rstrip(b",").strip()
     if not text.startswith(b"{"):
-        raise InputError(path, "not JSON: expected an object")
+        raise _Malformed("not JSON: expected an object", len(header) - len(header.lstrip()))
     meta = {}
     try:
-        meta.update(orjson.loads(text + b"}") if text != b"{" else {})
-    except orjson.JSONDecodeError:
+        meta.update(_loads(text + b"}") if text != b"{" else {})
+    except (ValueError, _TooDeep):
         pass  # keys before traceEvents malformed: keep going, the events are what matter
     # After the events (native layout only; None otherwise): "}" or more keys, "," +
     # '"key": value ... }'. Anything else is a file cut short or not JSON (the streaming
     # parser refuses it too).
     tail = b"}" if trailer is None else trailer.strip()
     if tail != b"}":
+        at = trailer_at + len(trailer) - len(trailer.lstrip())  # the file's offset of tail
         keys = tail[1:].lstrip() if tail.startswith(b",") else b""
+        if keys or tail.startswith(b"}"):  # the keys, or what follows the object's end
+            at += len(tail) - len(keys or tail[1:].lstrip())
         try:
             if not keys.startswith(b'"'):
                 raise ValueError
-            meta.update(orjson.loads(b"{" + keys))
-        except ValueError:  # orjson.JSONDecodeError included
-            raise InputError(path, "truncated or malformed JSON after traceEvents") from None
+            meta.update(_loads(b"{" + keys))
+        except ValueError as e:
+            if isinstance(e, json.JSONDecodeError):
+                at += max(e.pos - 1, 0)  # in keys, after the "{" put before them
+            elif isinstance(e, UnicodeDecodeError):
+                at += max(e.start - 1, 0)
+            raise _Malformed("truncated or malformed JSON after traceEvents", at) from None
+        except _TooDeep:
+            raise InputError(path, "JSON after traceEvents nested too deeply: not a PyTorch profiler trace") from None
     return meta
+
+
+_NEWLINES_TO_SPACES = bytes.maketrans(b"\n\r", b"  ")
+
+
+def _yajl_offset(message: str, buf: bytes) -> int | None:
+    """The offset in ``buf`` (what yajl last parsed) of the error yajl describes in
+    ``message``: its second line quotes ``buf`` around the offset (30 bytes either side,
+    newlines as spaces, decoded as UTF-8), right-aligned so that the offset falls under
+    the ``^`` of the third line (at column 40). The first offset that gives the same quote
+    (yajl stops at the first error); None when none does."""
+    lines = message.split("\n")
+    if len(lines) < 3 or not lines[2].endswith("^"):
+        return None
+    quote = lines[1]
+    text = buf.translate(_NEWLINES_TO_SPACES)
+    n = len(text)
+
+    def quoted(at: int) -> bool:
+        pad = 10 if at >= 30 else 40 - at
+        return " " * pad + text[max(at - 30, 0) : at + 30].decode("utf-8", "ignore") == quote
+
+    if not quote.isascii():  # a cut character: try every offset (error messages only)
+        candidates = range(n + 1)
+    elif len(quote) < 70:  # the quote reaches the end of the buffer: 30 bytes or fewer after it
+        candidates = [n - (len(quote) - 40)]
+    else:
+        right = quote[40:].encode()
+        candidates, at = [], text.find(right)
+        while at >= 0:
+            candidates.append(at)
+            at = text.find(right, at + 1)
+    return next((at for at in candidates if 0 <= at <= n and quoted(at)), None)
+
+
+class _Malformed(Exception):
+    """Not valid JSON at ``offset`` (bytes from the file's start, uncompressed): ``problem``
+    (and yajl's ``detail``) becomes the one-line error, with the line and column."""
+
+    def __init__(self, problem: str, offset: int, detail: str = ""):
+        super().__init__(problem)
+        self.problem, self.offset, self.detail = problem, offset, detail
+
+
+def _where(path: Path, gz: bool, offset: int) -> str:
+    """``line L, column C (byte N)`` of ``offset`` in the (uncompressed) file, as Python's
+    json says it: line and column counted from 1, the byte from 0; reads the file again,
+    up to ``offset`` (error messages only)."""
+    lines, line_start, read = 1, 0, 0
+    try:
+        with _open(path, gz) as f:
+            while read < offset:
+                block = f.read(min(1 << 20, offset - read))
+                if not block:
+                    break
+                n = block.count(b"\n")
+                if n:
+                    lines += n
+                    line_start = read + block.rindex(b"\n") + 1
+                read += len(block)
+    except (OSError, EOFError, zlib.error):
+        pass  # the offset alone, where the file no longer reads that far
+    compressed = " of the uncompressed JSON" if gz else ""
+    return f"line {lines}, column {offset - line_start + 1} (byte {offset}{compressed})"
 
 
 class _ChunkWriter:
@@ -352,6 +485,7 @@ class _Layout:
     def __init__(self, indent: bytes):
         self.marker = b"\n" + indent + b"{"
         self.end = b"\n" + indent + b"]"
+        self.trailer_at = 0  # the file's offset of what follows the region (chunks sets it)
 
     @classmethod
     def detect(cls, rest: bytes) -> _Layout | None:
@@ -388,6 +522,7 @@ class _Layout:
             end = buf.find(self.end, max(cut, 0), filled)
             if end >= 0:
                 trailer = bytes(buf[end + len(self.end) : filled])
+                self.trailer_at = f.tell() - len(trailer)
                 if not eof:
                     trailer += _read_bounded(f, EVENT_LIMIT - len(trailer), path, "the part after traceEvents")
                 chunk = write(buf, end, last=True)
@@ -401,7 +536,7 @@ class _Layout:
                 # read again by the streaming parser, which decides.
                 if buf[:filled].rstrip().endswith(b"}"):
                     raise _OtherLayout
-                raise _Truncated
+                raise _Malformed("truncated: ends inside traceEvents", f.tell())
             if cut <= 0:
                 if filled > EVENT_LIMIT:
                     raise _OtherLayout  # one huge event, or a tail in another layout: the streaming parser decides
@@ -412,10 +547,6 @@ class _Layout:
             filled = len(tail)
             if chunk:
                 yield chunk
-
-
-class _Truncated(Exception):
-    pass
 
 
 class _OtherLayout(Exception):
@@ -484,6 +615,9 @@ class _GuardedReader:
         self.item = "an event larger than"  # what since_item measures, for the message
         self.replaced = 0
         self.undecodable = 0  # trace events that held replaced bytes (_checked counts them)
+        self.read_bytes = 0  # bytes read from f so far
+        self.last_at = 0  # ... before the last read, whose bytes as handed to ijson are:
+        self.last = b""
 
     def read(self, n: int = -1) -> bytes:
         if n > 0 and self.since_event > (1 << 16):
@@ -491,6 +625,9 @@ class _GuardedReader:
             # feed it megabytes at a time (time quadratic in the token over the read size).
             n = 1 << 20
         data = self.f.read(n)
+        self.last_at = self.read_bytes
+        self.read_bytes += len(data)
+        self.last = data
         self.since_event += len(data)
         self.since_item += len(data)
         if self.since_event > EVENT_LIMIT:
@@ -506,7 +643,18 @@ class _GuardedReader:
                 return data
         text = self.decoder.decode(data, final=not data)
         self.replaced += text.count("\ufffd") - data.count("\ufffd".encode())
-        return text.encode("utf-8")
+        self.last = text.encode("utf-8")
+        return self.last
+
+    def error_offset(self, message: str) -> int:
+        """Where in the file (bytes from its start, uncompressed) the parser stopped with
+        ``message``: found from the context yajl quotes around that point in the last
+        read; the start of that read where the context does not pin it down (bytes were
+        replaced, or the quote is not ASCII). The end of the file after the last read."""
+        if not self.last:
+            return self.read_bytes
+        at = _yajl_offset(message, self.last)
+        return self.last_at + (0 if at is None else min(at, self.read_bytes - self.last_at))
 
 
 class _TooLarge(Exception):
@@ -591,7 +739,9 @@ def _checked(events, reader: _GuardedReader, after: dict):
             if depth == 1 and kind == "map_key":
                 top_key, builder = value, ijson.common.ObjectBuilder()
                 continue
-            builder.event(kind, value)
+            # Non-integer numbers come as Decimal (use_float=False, which the events need):
+            # as floats they are what orjson gives the native layout's trailer.
+            builder.event(kind, float(value) if kind == "number" and not isinstance(value, int) else value)
             if depth == 1:
                 after[top_key] = builder.value
 
@@ -628,10 +778,9 @@ def _stream_events(f, path: Path, writer: _ChunkWriter, stage, after: dict) -> N
             if size >= CHUNK_BYTES:
                 flush()
                 batch, size = [], 0
-    except ijson.IncompleteJSONError as e:
-        raise InputError(path, f"truncated or malformed JSON ({str(e).splitlines()[0][:80]})") from None
-    except ijson.JSONError as e:
-        raise InputError(path, f"malformed JSON ({str(e).splitlines()[0][:80]})") from None
+    except ijson.JSONError as e:  # IncompleteJSONError included
+        problem = "truncated or malformed JSON" if isinstance(e, ijson.IncompleteJSONError) else "malformed JSON"
+        raise _Malformed(problem, reader.error_offset(str(e)), str(e).splitlines()[0][:80]) from None
     except _TooDeep:
         raise InputError(path, f"JSON nested more than {MAX_DEPTH} levels deep: not a PyTorch profiler trace") from None
     except _TooLarge as e:
@@ -672,6 +821,7 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
         gz = probe.read(2) == b"\x1f\x8b"
     rank = None  # written while the file is staged (_staging_rank), once the header is read
     warn: dict[str, int] = {}
+    other: dict[str, int] = {}  # other accelerators' device events by category
     events = [0]  # events read from the file
     staged = [0]  # ... of them in _stage
 
@@ -683,7 +833,7 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
         events[0] += n
         staged[0] += n
         if staged[0] >= STAGED_EVENTS:
-            _insert_stage(con, rank, warn)
+            _insert_stage(con, rank, warn, other)
             staged[0] = 0
 
     _create_flows(con)
@@ -703,14 +853,13 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
                     writer = _ChunkWriter(tmp, layout.marker)
                     try:
                         trailer = _staged_in_batches(layout.chunks(f, rest, path, writer.write), stage, STAGE_FILES)
-                    except _Truncated:
-                        raise InputError(path, "truncated: ends inside traceEvents") from None
                     except (_OtherLayout, duckdb.InvalidInputException, duckdb.OutOfMemoryException):
                         # Not valid JSON where it was cut, an odd layout that only looked like
                         # ours, or an event too large for DuckDB's reader: the streaming parser
                         # reads it again (keeping only the fields staged) and decides.
                         _discard_source(con, rank)
                         warn.clear()
+                        other.clear()
                         events[0] = staged[0] = 0
                         layout = None
                 after: dict = {}
@@ -718,10 +867,14 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
                     f.seek(0)
                     writer = _ChunkWriter(tmp)
                     _stream_events(f, path, writer, stage, after)
-            meta = _header_dict(header, trailer, path)
+            meta = _header_dict(header, trailer, path, layout.trailer_at if layout else 0)
             meta.update(after)
         if staged[0]:
-            _insert_stage(con, rank, warn)
+            _insert_stage(con, rank, warn, other)
+    except _Malformed as e:
+        raise InputError(
+            path, f"{e.problem} at {_where(path, gz, e.offset)}" + (f": {e.detail}" if e.detail else "")
+        ) from None
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise InputError(path, f"truncated or corrupt gzip ({e})") from None
     except duckdb.InvalidInputException as e:
@@ -739,7 +892,7 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
 
     if writer.undecodable:
         warn["undecodable_bytes"] = warn.get("undecodable_bytes", 0) + writer.undecodable
-    _finish_source(con, path, source_id, _rank(meta, source_id), rank, meta, events[0], warn)
+    _finish_source(con, path, source_id, _rank(meta, source_id), rank, meta, events[0], warn, other)
 
 
 _TABLES = ("kernels", "memops", "api_calls", "cpu_ops", "cuda_syncs")
@@ -766,16 +919,20 @@ def _staging_rank(con, header: dict, source_id: int) -> int:
     return rank
 
 
-def _insert_stage(con, rank: int, warn: dict[str, int]) -> None:
+def _insert_stage(con, rank: int, warn: dict[str, int], other: dict[str, int]) -> None:
     """Move the staged events (``_stage``) into the canonical tables with rank ``rank``,
-    straight from the parsed rows (no second uncompressed copy); count their warnings;
-    drop ``_stage``; compress what was moved (a checkpoint)."""
+    straight from the parsed rows (no second uncompressed copy); count their warnings (and
+    into ``other`` the other accelerators' events by category); drop ``_stage``; compress
+    what was moved (a checkpoint)."""
     counts = con.execute(
         "SELECT " + ", ".join(f"count(*) FILTER ({w})" for w in _WARNINGS) + " FROM _stage"
     ).fetchall()[0]
     for kind, n in zip(_WARNINGS, counts):
         if n:
             warn[kind] = warn.get(kind, 0) + n
+    if warn.get("other_accelerator"):
+        for cat, n in con.execute("SELECT cat, count(*) FROM _stage WHERE other_accelerator GROUP BY cat").fetchall():
+            other[cat] = other.get(cat, 0) + n
     con.execute("INSERT INTO _kineto_flows SELECT id, ph FROM _stage WHERE dest = 'flow'")
     con.execute(f"""
         INSERT INTO kernels
@@ -830,10 +987,23 @@ def _create_flows(con) -> None:
 
 
 def _finish_source(
-    con, path: Path, source_id: int, rank: int, staged_as: int, meta: dict, events: int, warn: dict
+    con,
+    path: Path,
+    source_id: int,
+    rank: int,
+    staged_as: int,
+    meta: dict,
+    events: int,
+    warn: dict,
+    other: dict | None = None,
 ) -> None:
     """Set the rank of this source's rows (written as ``staged_as``), record devices, meta
-    and warnings."""
+    and warnings.
+
+    A ``rank`` that an earlier input already has (two jobs' rank 0, two runs of one worker
+    in one folder) is replaced by the next free one, ``max(source_id, 1 + highest rank
+    used)``, so that the two stay apart; the rank claimed goes to ``meta`` as
+    ``CLAIMED_RANK_KEY``."""
     unpaired = con.execute("""
         SELECT count(*) FROM (SELECT id FROM _kineto_flows GROUP BY id
                               HAVING count(*) FILTER (ph = 's') = 0 OR count(*) FILTER (ph = 'f') = 0)
@@ -841,10 +1011,21 @@ def _finish_source(
     con.execute("DROP TABLE _kineto_flows")
     if unpaired:
         warn["unpaired_flow"] = unpaired
+    claimed = None
+    if rank != staged_as:  # else the rank was free when the file was staged (_staging_rank)
+        used = " UNION ".join(f"SELECT DISTINCT rank FROM {t} WHERE rank <> $staged" for t in ("sources", *_TABLES))
+        taken = {r for (r,) in con.execute(used, {"staged": staged_as}).fetchall()}
+        if rank in taken:
+            claimed, rank = rank, max(source_id, 1 + max(taken))
     if rank != staged_as:
         for table in _TABLES:
             con.execute(f"UPDATE {table} SET rank = ? WHERE rank = ?", [rank, staged_as])
     con.execute("INSERT INTO sources VALUES (?, ?, 'kineto', ?, ?)", [source_id, str(path), rank, events])
+    clipped, partial = clip_overruns(con, [rank])
+    if clipped:
+        warn["clipped_duration"] = clipped
+    if partial:
+        con.execute("INSERT INTO meta VALUES (?, ?, ?)", [source_id, PARTIAL_OVERLAPS_KEY, str(partial)])
     devices = meta.get("deviceProperties")
     for dev in devices if isinstance(devices, list) else []:
         if not isinstance(dev, dict) or _int(dev.get("id"), minimum=0) is None:
@@ -864,9 +1045,15 @@ def _finish_source(
             ],
         )
     for key, value in meta.items():
-        if key in ("deviceProperties", "traceEvents"):
+        if key in ("deviceProperties", "traceEvents", CLAIMED_RANK_KEY, PARTIAL_OVERLAPS_KEY, OTHER_ACCELERATOR_KEY):
             continue
-        text = value if isinstance(value, str) else orjson.dumps(value).decode()
-        con.execute("INSERT INTO meta VALUES (?, ?, ?)", [source_id, key, text[:4096]])
+        con.execute("INSERT INTO meta VALUES (?, ?, ?)", [source_id, key, _meta_text(value)[:4096]])
+    if claimed is not None:
+        con.execute("INSERT INTO meta VALUES (?, ?, ?)", [source_id, CLAIMED_RANK_KEY, str(claimed)])
+    if other:
+        con.execute(
+            "INSERT INTO meta VALUES (?, ?, ?)",
+            [source_id, OTHER_ACCELERATOR_KEY, json.dumps(dict(sorted(other.items())))],
+        )
     for kind, n in sorted(warn.items()):
         con.execute("INSERT INTO ingest_warnings VALUES (?, ?, ?)", [source_id, kind, n])

@@ -203,3 +203,53 @@ def finish(con: duckdb.DuckDBPyConnection, nest_memory_limit: str) -> None:
     con.execute(f"SET memory_limit = '{limit}'")
     con.execute(_LINK_PID_SQL)
     con.execute(_STEPS_SQL)
+
+
+# meta key of a source: how many of its GPU records overlap the next one's start on their stream.
+PARTIAL_OVERLAPS_KEY = "wanscope_partial_overlaps"
+# GPU records of one stream in order, each with the next one's times (kernels and memory
+# operations together: one stream runs one record at a time, whatever its kind).
+_NEXT_ON_STREAM_SQL = """
+  SELECT t, rid, start_ns, end_ns,
+         lead(start_ns) OVER w AS next_start, lead(end_ns) OVER w AS next_end
+  FROM (SELECT 'k' AS t, rowid AS rid, rank, device, stream, start_ns, end_ns FROM kernels WHERE rank IN ({ranks})
+        UNION ALL
+        SELECT 'm', rowid, rank, device, stream, start_ns, end_ns FROM memops WHERE rank IN ({ranks}))
+  WINDOW w AS (PARTITION BY rank, device, stream ORDER BY start_ns, end_ns, t, rid)
+"""
+# A record that begins before the next one on its stream and ends after that one ends.
+OVERRUN = "next_start > start_ns AND end_ns > next_end"
+# One that begins before the next one and ends inside it (programmatic dependent launch
+# lets a kernel start before the previous one ends); equal times are neither.
+PARTIAL_OVERLAP = "next_start > start_ns AND end_ns > next_start AND end_ns < next_end"
+
+
+def clip_overruns(con: duckdb.DuckDBPyConnection, ranks: list[int]) -> tuple[int, int]:
+    """Clip each GPU record of ``ranks`` that extends past the end of the next record on its
+    stream (rank, device, stream) to that record's start (``end_ns``, ``dur_ns``): a stream
+    runs its work in order, so such a duration is impossible (a known CUPTI timestamp
+    artifact). Records that only overlap the next one's start (``PARTIAL_OVERLAP``) and
+    records with equal times are left as they are.
+
+    Returns:
+        (records clipped, records that overlap the next one's start).
+    """
+    if not ranks:
+        return 0, 0
+    sql = _NEXT_ON_STREAM_SQL.format(ranks=", ".join(str(int(r)) for r in ranks))
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE _clip AS
+            SELECT t, rid, next_start, {OVERRUN} AS overrun FROM ({sql}) WHERE {OVERRUN} OR {PARTIAL_OVERLAP}"""
+    )
+    try:
+        clipped, partial = con.execute(
+            "SELECT count(*) FILTER (overrun), count(*) FILTER (NOT overrun) FROM _clip"
+        ).fetchall()[0]
+        if clipped:
+            for table, t in (("kernels", "k"), ("memops", "m")):
+                con.execute(f"""
+                    UPDATE {table} SET end_ns = c.next_start, dur_ns = c.next_start - {table}.start_ns
+                    FROM _clip c WHERE c.overrun AND c.t = '{t}' AND {table}.rowid = c.rid""")
+    finally:
+        con.execute("DROP TABLE IF EXISTS _clip")
+    return clipped, partial

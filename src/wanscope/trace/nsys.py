@@ -31,7 +31,8 @@ rank. ``sources.rank`` is the file's first rank; ``meta`` key ``ranks`` maps pid
 **Excluded records**, counted in ``ingest_warnings``: GPU and sync records with a zero
 start or end, or times that are not positive integers (``no_timing``), any record ending
 before it starts (``end_before_start``), kernels whose name id is not in ``StringIds``
-(``malformed_event``), NVTX ranges never closed (``unterminated_range``).
+(``malformed_event``), NVTX ranges never closed (``unterminated_range``). Counted and
+kept: kernels, memcpys and memsets of zero duration (``zero_duration``), as in a Kineto trace.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ import duckdb
 import numpy as np
 
 from wanscope.errors import InputError
-from wanscope.trace import nsys_export
-from wanscope.trace.nsys_export import Export
+from wanscope.trace import link, nsys_export
+from wanscope.trace.nsys_export import DEGRADED_KEY, Export
 
 # A CUDA API version suffix: "_v" and 4 or more digits at the very end (cudaMalloc_v3020).
 _API_VERSION_SUFFIX = re.compile(r"_v\d{4,}$")
@@ -77,12 +78,19 @@ def ingest(con: duckdb.DuckDBPyConnection, path, source_id: int, kernel_names: s
         kernel_names: ``demangled`` (default, as ``nsys stats`` prints them) or ``short``.
 
     Raises:
-        InputError: not an SQLite database, truncated, not an nsys export.
+        InputError: not an SQLite database, truncated, not an nsys export, or a table
+            without a column wanscope needs (named). A missing optional column (exports
+            differ by version) is no error: that part is degraded and a note says how.
     """
     path = Path(path)
     export = nsys_export.open_export(path)
     try:
         _Ingest(con, export, path, source_id, kernel_names).run()
+    except _MissingColumn as e:
+        raise InputError(
+            path,
+            f"the export's {e.table} table has no {e.column} column, which wanscope needs: not an export nsys writes",
+        ) from None
     except sqlite3.DatabaseError as e:
         raise InputError(path, f"cannot read the export ({e}); truncated or corrupt?") from None
     except (duckdb.Error, TypeError, ValueError, OverflowError) as e:
@@ -95,6 +103,12 @@ def ingest(con: duckdb.DuckDBPyConnection, path, source_id: int, kernel_names: s
         export.con.close()
 
 
+class _MissingColumn(Exception):
+    def __init__(self, table: str, column: str):
+        super().__init__(f"{table}.{column}")
+        self.table, self.column = table, column
+
+
 class _Ingest:
     def __init__(self, con, export: Export, path: Path, source_id: int, kernel_names: str):
         if kernel_names not in ("demangled", "short"):
@@ -103,12 +117,33 @@ class _Ingest:
         self.kernel_names = kernel_names
         self.name_column = "demangledName" if kernel_names == "demangled" else "shortName"
         self.warnings: dict[str, int] = {}
+        self.degraded: list[str] = []  # what optional columns the export lacks cost (_cols)
         self.event_count = 0
         self.kernel_table = export.table("CUPTI_ACTIVITY_KIND_KERNEL")
         self.memcpy_table = export.table("CUPTI_ACTIVITY_KIND_MEMCPY")
         self.memset_table = export.table("CUPTI_ACTIVITY_KIND_MEMSET")
 
     # --- plumbing -------------------------------------------------------------------
+
+    def _cols(self, table: str, alias: str, required: tuple, optional: tuple = (), part: str = "") -> dict[str, str]:
+        """SQL for the columns of ``table`` (``alias.column``) that a part reads: each
+        ``required`` one as it is, each ``optional`` one or NULL where the export lacks it
+        (exports differ by version), noting what that costs (``part``) in ``degraded``.
+
+        Raises:
+            _MissingColumn: a required column is not in the table.
+        """
+        have = self.export.columns(table)
+        prefix = f"{alias}." if alias else ""
+        for c in required:
+            if c not in have:
+                raise _MissingColumn(table, c)
+        out = {c: f'{prefix}"{c}"' for c in required}
+        lacking = [c for c in optional if c not in have]
+        out.update({c: "NULL" if c in lacking else f'{prefix}"{c}"' for c in optional})
+        if lacking:
+            self.degraded.append(f"{table} has no {', '.join(lacking)} column{'s' if len(lacking) > 1 else ''}: {part}")
+        return out
 
     def _warn(self, kind: str, count: int) -> None:
         if count:
@@ -131,20 +166,25 @@ class _Ingest:
         finally:
             self.con.unregister(view)
 
-    def _timed(self, table: str, alias: str = "", zero_start: bool = False) -> str:
+    def _timed(self, table: str, alias: str = "", zero_start: bool = False, activity: bool = False) -> str:
         """WHERE clause selecting the records of ``table`` (named ``alias`` in the query)
         with usable times, after counting the others into the warnings. GPU records need
-        positive start and end; API calls (``zero_start``) only a start >= 0."""
+        positive start and end; API calls (``zero_start``) only a start >= 0. Records of
+        GPU activity (``activity``: kernels, memcpy, memset) of zero duration are kept and
+        counted as ``zero_duration``."""
         ints = _integers("start", '"end"')
         bad, good = (
             ("start < 0", "start >= 0") if zero_start else ('start <= 0 OR "end" <= 0', 'start > 0 AND "end" > 0')
         )
-        no_timing, backwards = self.export.con.execute(
+        no_timing, backwards, zero = self.export.con.execute(
             f"SELECT count(*) FILTER (WHERE NOT ({ints}) OR {bad}), "
-            f'count(*) FILTER (WHERE {ints} AND {good} AND "end" < start) FROM "{table}"'
+            f'count(*) FILTER (WHERE {ints} AND {good} AND "end" < start), '
+            f'count(*) FILTER (WHERE {ints} AND {good} AND "end" = start) FROM "{table}"'
         ).fetchone()
         self._warn("no_timing", no_timing)
         self._warn("end_before_start", backwards)
+        if activity:
+            self._warn("zero_duration", zero)
         p = f"{alias}." if alias else ""
         start, end = f"{p}start", f'{p}"end"'
         # integers, start > 0 (>= 0) and end >= start: end - start fits in 64 bits
@@ -156,6 +196,7 @@ class _Ingest:
         pids: set[int] = set()
         for table in (self.kernel_table, self.memcpy_table, self.memset_table):
             if table:
+                self._cols(table, "", ("globalPid", "deviceId", "streamId", "start", "end"))
                 pids.update(
                     r[0]
                     for r in self.export.con.execute(f'SELECT DISTINCT (globalPid >> 24) & 16777215 FROM "{table}"')
@@ -186,12 +227,38 @@ class _Ingest:
         if not self.kernel_table:
             return
         table = self.kernel_table
-        where = self._timed(table, "k")
+        c = self._cols(
+            table,
+            "k",
+            ("deviceId", "streamId", "start", "end", "globalPid", self.name_column),
+            ("correlationId",),
+            "kernels are not paired with their launches",
+        )
+        c.update(
+            self._cols(
+                table,
+                "k",
+                (),
+                ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread"),
+                "the kernels' launch configuration is unknown",
+            )
+        )
+        c.update(
+            self._cols(
+                table,
+                "k",
+                (),
+                ("staticSharedMemory", "dynamicSharedMemory"),
+                "the kernels' shared memory is unknown",
+            )
+        )
+        where = self._timed(table, "k", activity=True)
         rows = self.export.con.execute(
-            f"""SELECT k.deviceId, k.streamId, k.start, k."end", s.value, k.correlationId,
-                       (k.globalPid >> 24) & 16777215, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ,
-                       k.registersPerThread, k.staticSharedMemory + k.dynamicSharedMemory
-                FROM "{table}" AS k LEFT JOIN StringIds AS s ON s.id = k.{self.name_column}
+            f"""SELECT {c["deviceId"]}, {c["streamId"]}, k.start, k."end", s.value, {c["correlationId"]},
+                       ({c["globalPid"]} >> 24) & 16777215, {c["gridX"]}, {c["gridY"]}, {c["gridZ"]},
+                       {c["blockX"]}, {c["blockY"]}, {c["blockZ"]},
+                       {c["registersPerThread"]}, {c["staticSharedMemory"]} + {c["dynamicSharedMemory"]}
+                FROM "{table}" AS k LEFT JOIN StringIds AS s ON s.id = k."{self.name_column}"
                 WHERE {where}"""
         ).fetchall()
         named = [r for r in rows if isinstance(r[4], str)]
@@ -230,10 +297,15 @@ class _Ingest:
                      s::BIGINT, e::BIGINT, (e - s)::BIGINT, corr::BIGINT, pid::BIGINT"""
         if self.memcpy_table:
             table = self.memcpy_table
-            where = self._timed(table)
+            c = self._cols(table, "", ("deviceId", "streamId", "start", "end", "globalPid"))
+            c.update(self._cols(table, "", (), ("copyKind",), "memcpys have no direction (kind unknown)"))
+            c.update(self._cols(table, "", (), ("bytes",), "memcpy sizes are unknown"))
+            c.update(self._cols(table, "", (), ("correlationId",), "memcpys are not paired with their calls"))
+            where = self._timed(table, activity=True)
             rows = []
             for copy_kind, nbytes, device, stream, s, e, corr, pid in self.export.con.execute(
-                f"""SELECT copyKind, bytes, deviceId, streamId, start, "end", correlationId, (globalPid >> 24) & 16777215
+                f"""SELECT {c["copyKind"]}, {c["bytes"]}, deviceId, streamId, start, "end", {c["correlationId"]},
+                           (globalPid >> 24) & 16777215
                     FROM "{table}" WHERE {where}"""
             ):
                 short, label = kinds.get(copy_kind, (f"kind {copy_kind}", f"kind {copy_kind}"))
@@ -241,10 +313,13 @@ class _Ingest:
             self._insert("memops", names, select, rows)
         if self.memset_table:
             table = self.memset_table
-            where = self._timed(table)
+            c = self._cols(table, "", ("deviceId", "streamId", "start", "end", "globalPid"))
+            c.update(self._cols(table, "", (), ("bytes",), "memset sizes are unknown"))
+            c.update(self._cols(table, "", (), ("correlationId",), "memsets are not paired with their calls"))
+            where = self._timed(table, activity=True)
             rows = self.export.con.execute(
-                f"""SELECT 'memset', NULL, bytes, '[CUDA memset]', deviceId, streamId, start, "end", correlationId,
-                           (globalPid >> 24) & 16777215
+                f"""SELECT 'memset', NULL, {c["bytes"]}, '[CUDA memset]', deviceId, streamId, start, "end",
+                           {c["correlationId"]}, (globalPid >> 24) & 16777215
                     FROM "{table}" WHERE {where}"""
             ).fetchall()
             self._insert("memops", names, select, rows)
@@ -253,10 +328,14 @@ class _Ingest:
         table = self.export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
         if not table:
             return
+        c = self._cols(table, "r", ("nameId", "globalTid", "start", "end"))
+        c.update(
+            self._cols(table, "r", (), ("correlationId",), "API calls are not paired with the GPU work they launched")
+        )
         valid = self._timed(table, "r", zero_start=True)
         rows = []
         for raw, pid, tid, s, e, corr in self.export.con.execute(
-            f"""SELECT s.value, (r.globalTid >> 24) & 16777215, r.globalTid & 16777215, r.start, r."end", r.correlationId
+            f"""SELECT s.value, (r.globalTid >> 24) & 16777215, r.globalTid & 16777215, r.start, r."end", {c["correlationId"]}
                 FROM "{table}" AS r JOIN StringIds AS s ON s.id = r.nameId
                 WHERE {valid}"""
         ):
@@ -273,8 +352,14 @@ class _Ingest:
         table = self.export.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
         if not table:
             return
+        c = self._cols(table, "y", ("deviceId", "streamId", "start", "end", "globalPid"))
+        c.update(self._cols(table, "y", (), ("correlationId",), "what each synchronization waited on is unknown"))
         valid = self._timed(table, "y")
         runtime = self.export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
+        if runtime and (
+            c["correlationId"] == "NULL" or not {"correlationId", "globalTid", "nameId"} <= self.export.columns(runtime)
+        ):
+            runtime = None
         # The waiting call, same correlation id in the same process (SQLite indexes the join itself).
         waiter = (
             f"""LEFT JOIN "{runtime}" AS r ON r.correlationId = y.correlationId AND (r.globalTid >> 24) = (y.globalPid >> 24)
@@ -285,7 +370,8 @@ class _Ingest:
         rows = [
             (nsys_export.SYNC_KINDS.get(api_name(call or ""), "unknown"), *rest)
             for call, *rest in self.export.con.execute(
-                f"""SELECT s.value, y.deviceId, y.streamId, y.start, y."end", y.correlationId, (y.globalPid >> 24) & 16777215
+                f"""SELECT s.value, y.deviceId, y.streamId, y.start, y."end", {c["correlationId"]},
+                           (y.globalPid >> 24) & 16777215
                     FROM "{table}" AS y {waiter} WHERE {valid}"""
             )
         ]
@@ -301,15 +387,30 @@ class _Ingest:
         if not table:
             return
         con = self.export.con
-        text_id = "textId" if "textId" in self.export.columns(table) else "NULL"
-        domains = {
-            (pid, domain_id): name
-            for pid, domain_id, name in con.execute(
-                f"""SELECT (n.globalTid >> 24) & 16777215, n.domainId, coalesce(n.text, s.value)
-                    FROM "{table}" AS n LEFT JOIN StringIds AS s ON s.id = n.{text_id}
-                    WHERE n.eventType = {nsys_export.NVTX_DOMAIN_CREATE}"""
-            )
-        }
+        c = self._cols(table, "n", ("eventType", "start", "end", "globalTid"))
+        have = self.export.columns(table)
+        if not {"text", "textId"} & have:
+            raise _MissingColumn(table, "text")
+        # The range's name: inline text, or a StringIds id (exports hold one or both).
+        text = "n.text" if "text" in have else "NULL"
+        strings = (
+            'LEFT JOIN StringIds AS s ON s.id = n."textId"'
+            if "textId" in have
+            else ("LEFT JOIN (SELECT NULL AS value) AS s ON false")
+        )
+        c.update(self._cols(table, "n", (), ("domainId",), "NVTX ranges have no domain"))
+        domains = (
+            {
+                (pid, domain_id): name
+                for pid, domain_id, name in con.execute(
+                    f"""SELECT (n.globalTid >> 24) & 16777215, n.domainId, coalesce({text}, s.value)
+                        FROM "{table}" AS n {strings}
+                        WHERE n.eventType = {nsys_export.NVTX_DOMAIN_CREATE}"""
+                )
+            }
+            if c["domainId"] != "NULL"
+            else {}
+        )
         types = ", ".join(map(str, nsys_export.NVTX_RANGE_STYLES))
         unterminated, zero, backwards = con.execute(
             f"""SELECT count(*) FILTER (WHERE "end" IS NULL),
@@ -324,9 +425,9 @@ class _Ingest:
         rows = []
         for n, (event_type, name, pid, tid, domain_id, s, e) in enumerate(
             con.execute(
-                f"""SELECT n.eventType, coalesce(n.text, s.value), (n.globalTid >> 24) & 16777215, n.globalTid & 16777215,
-                           n.domainId, n.start, n."end"
-                    FROM "{table}" AS n LEFT JOIN StringIds AS s ON s.id = n.{text_id}
+                f"""SELECT n.eventType, coalesce({text}, s.value), (n.globalTid >> 24) & 16777215, n.globalTid & 16777215,
+                           {c["domainId"]}, n.start, n."end"
+                    FROM "{table}" AS n {strings}
                     WHERE n.eventType IN ({types}) AND {_integers("n.start", 'n."end"')} AND n.start > 0 AND n."end" >= n.start
                     ORDER BY n.start, n.rowid"""
             )
@@ -354,6 +455,9 @@ class _Ingest:
         table = self.export.table("PROFILER_OVERHEAD")
         if not table:
             return
+        if not {"nameId", "globalTid", "start", "end"} <= self.export.columns(table):
+            self.degraded.append(f"{table} lacks columns wanscope reads: the profiler's overhead is not listed")
+            return
         rows = self.export.con.execute(
             f"""SELECT s.value, (o.globalTid >> 24) & 16777215, o.globalTid & 16777215, o.start, o."end"
                 FROM "{table}" AS o LEFT JOIN StringIds AS s ON s.id = o.nameId
@@ -367,10 +471,11 @@ class _Ingest:
         )
 
     def contexts(self) -> None:
+        tables = [t for t in (self.kernel_table, self.memcpy_table, self.memset_table) if t]
         parts = [
-            f'SELECT DISTINCT (globalPid >> 24) & 16777215, deviceId, contextId FROM "{t}"'
-            for t in (self.kernel_table, self.memcpy_table, self.memset_table)
-            if t
+            f'SELECT DISTINCT (globalPid >> 24) & 16777215, deviceId, {c["contextId"]} FROM "{t}"'
+            for t in tables
+            for c in [self._cols(t, "", (), ("contextId",), "GPU contexts are unknown")]
         ]
         if not parts:
             return
@@ -391,9 +496,17 @@ class _Ingest:
             [sorted(set(self.rank_of.values())) or [self.first_rank]],
         ).fetchall()
         props: dict[int, tuple] = {}
-        if "TARGET_INFO_GPU" in self.export.tables:
+        if "TARGET_INFO_GPU" in self.export.tables and "id" in self.export.columns("TARGET_INFO_GPU"):
+            c = self._cols(
+                "TARGET_INFO_GPU",
+                "",
+                ("id",),
+                ("name", "computeMajor", "computeMinor", "smCount", "totalMemory", "memoryBandwidth"),
+                "some device properties are unknown",
+            )
             for row in self.export.con.execute(
-                """SELECT id, name, computeMajor || '.' || computeMinor, smCount, totalMemory, memoryBandwidth
+                f"""SELECT id, {c["name"]}, {c["computeMajor"]} || '.' || {c["computeMinor"]}, {c["smCount"]},
+                           {c["totalMemory"]}, {c["memoryBandwidth"]}
                    FROM TARGET_INFO_GPU ORDER BY id"""
             ):
                 props.setdefault(row[0], row[1:])
@@ -410,6 +523,8 @@ class _Ingest:
         )
 
     def finish(self) -> None:
+        clipped, partial = link.clip_overruns(self.con, sorted(set(self.rank_of.values())))
+        self._warn("clipped_duration", clipped)
         meta = {
             "producer": "nsys",
             "nsys_version": self.export.meta.get("EXPORT_PRODUCT_VERSION", "unknown (export has no metadata table)"),
@@ -419,6 +534,10 @@ class _Ingest:
             "memcpy_kind_labels": getattr(self, "memcpy_labels", "n/a"),
             "ranks": json.dumps({str(pid): rank for pid, rank in self.rank_of.items()}),
         }
+        if partial:
+            meta[link.PARTIAL_OVERLAPS_KEY] = str(partial)
+        if self.degraded:
+            meta[DEGRADED_KEY] = json.dumps(self.degraded)
         if not self.rank_of:
             meta["gpu_activity"] = "none: the export holds no kernel, memcpy or memset records"
         rows = {

@@ -60,6 +60,10 @@ SYNC_KINDS: dict[str, str] = {
 NVTX_RANGE_STYLES: dict[int, str] = {59: "PushPop", 60: "StartEnd", 70: "PushPop", 71: "StartEnd"}
 NVTX_DOMAIN_CREATE = 75
 
+# meta key of a source: what the optional columns its export lacks cost (a JSON list of
+# sentences, each "TABLE has no COLUMN column: what is lost"), for the analysis' notes.
+DEGRADED_KEY = "wanscope_degraded"
+
 # Tables whose presence identifies an Nsight Systems export (any one of them).
 _NSYS_MARKERS = (
     "META_DATA_EXPORT",

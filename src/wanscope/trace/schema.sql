@@ -112,7 +112,7 @@ CREATE TABLE meta (
 CREATE TABLE ingest_warnings (
   source_id INTEGER,            -- -: input file
   kind VARCHAR,                 -- -: what was wrong with the records (no_timing, zero_duration, end_before_start, ...)
-  count BIGINT                  -- count: records of that kind, excluded from the analyses
+  count BIGINT                  -- count: records of that kind, excluded from the analyses (zero_duration ones are kept)
 );
 
 -- Tables below hold data only Nsight Systems exports provide (empty for other sources).

@@ -12,8 +12,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from cli_context import parse_profile
+
 from wanscope.profile import driver
-from wanscope.profile.cli import child_argv, profile, run_child
+from wanscope.profile.cli import child_argv, run_child
 from wanscope.profile.options import resolve
 from wanscope.profile.window import CudaProfilerWindow
 
@@ -39,7 +41,7 @@ def test_child_command_line_parses_back(tmp_path):
     opts = resolve(0, preset="tiny", warmup=1, profile_steps=2, legacy_step_lookup=True)
     argv = child_argv(opts, tmp_path, "nsys", "--run-info", str(tmp_path / "info.json"))
     assert argv[:4] == [sys.executable, "-m", "wanscope", "profile"]
-    p = profile.make_context("profile", argv[4:]).params
+    p = parse_profile(argv[4:]).params
     assert (p["child"], p["run_info"], p["out_dir"]) == ("nsys", tmp_path / "info.json", tmp_path)
     assert (p["warmup"], p["profile_steps"], p["legacy_step_lookup"], p["random_weights"]) == (1, 2, True, True)
 

@@ -9,8 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from cli_context import parse_profile
+
 from wanscope.cli import main
-from wanscope.profile.cli import profile
 from wanscope.profile.options import resolve
 from wanscope.wan.precision import FastConfig
 
@@ -87,7 +88,7 @@ def test_child_arguments_reproduce_the_options(cuda, cfg, monkeypatch):
         cfg=cfg,
         legacy_step_lookup=True,
     )
-    p = profile.make_context("profile", opts.cli_args()).params
+    p = parse_profile(opts.cli_args()).params
     engine = {k: p[k] for k in ("preset", "checkpoint", "random_weights", "size", "frames", "steps", "attention")}
     again = resolve(
         cuda,
@@ -107,7 +108,7 @@ def test_fast_mode_options():
     opts = resolve(0, mode="fast", fast="exact_blocks=0")
     assert (opts.kernels, opts.fast) == ("triton", FastConfig.parse("exact_blocks=0").spec())
     assert resolve(0).fast is None and resolve(0).kernels == "torch"  # auto on a CPU
-    ctx = profile.make_context("profile", opts.cli_args())
+    ctx = parse_profile(opts.cli_args())
     assert (ctx.params["mode"], ctx.params["fast_spec"], ctx.params["kernels"]) == ("fast", opts.fast, "triton")
 
 

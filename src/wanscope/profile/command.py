@@ -132,15 +132,15 @@ def child_env(
     return env
 
 
-def _records(out_dir: Path) -> list[dict]:
-    """The per-process records the bootstrap left, removed once read."""
+def _collect(out_dir: Path) -> list[dict]:
+    """The per-process records the bootstrap left; then they and any half-written file go."""
     records = []
     for path in sorted(out_dir.glob(".boot-*.json")):
         try:
             records.append(json.loads(path.read_text()))
         except (OSError, ValueError):
             pass
-        path.unlink(missing_ok=True)
+    _remove_partials(out_dir)
     return records
 
 
@@ -168,8 +168,7 @@ def run_command(argv: list[str], out_dir: Path, warmup: int, profile_steps: int,
         proc.wait()
         _remove_partials(out_dir)
         raise
-    records = _records(out_dir)
-    _remove_partials(out_dir)
+    records = _collect(out_dir)
     traces = sorted(out_dir.glob("trace-rank*.json.gz")) or [p for p in [out_dir / "trace.json.gz"] if p.exists()]
     return CommandRun(exit_code=code, records=records, traces=traces)
 
@@ -256,8 +255,7 @@ def nsys_run(nsys_exe: str, argv: list[str], out_dir: Path, warmup: int, profile
     try:
         _rep, sqlite = nsys.capture(nsys_exe, out_dir, argv, env=env)
     finally:
-        records = _records(out_dir)
-        _remove_partials(out_dir)
+        records = _collect(out_dir)
     return CommandRun(exit_code=0, records=records, traces=[sqlite])
 
 
@@ -272,6 +270,5 @@ def ncu_run(regex: str, argv: list[str], out_dir: Path, warmup: int, step_rule: 
     try:
         files = capture(argv, out_dir / "kernel", regex, 0, 1, from_profiler_start=True, env=env)
     finally:
-        _records(out_dir)
-        _remove_partials(out_dir)
+        _collect(out_dir)
     return files, diagnose_capture(files)

@@ -32,6 +32,7 @@ wrote a trace, or found the program's own profiler, writes ``.boot-<pid>.json`` 
 from __future__ import annotations
 
 import atexit
+import functools
 import importlib
 import importlib.abc
 import json
@@ -272,23 +273,21 @@ def _wrap_denoisers(module) -> None:
 
 
 def _after(fn, hook):
+    @functools.wraps(fn)
     def wrapped(*args, **kwargs):
         out = fn(*args, **kwargs)
         hook()
         return out
 
-    wrapped.__wrapped__ = fn
-    wrapped.__name__, wrapped.__qualname__, wrapped.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
     return wrapped
 
 
 def _before(fn, hook):
+    @functools.wraps(fn)
     def wrapped(*args, **kwargs):
         hook()
         return fn(*args, **kwargs)
 
-    wrapped.__wrapped__ = fn
-    wrapped.__name__, wrapped.__qualname__, wrapped.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
     return wrapped
 
 

@@ -34,6 +34,7 @@ import torch
 
 assert importlib.util.find_spec("wanscope") is None, "wanscope is importable here"
 print("argv", sys.argv[1:], "cwd", os.getcwd(), "chained", os.environ.get("USER_SITECUSTOMIZE_RAN"))
+print("top mark", os.environ.get("WANSCOPE_PROFILE_TOP"))  # taken out: no process of the program's is the top
 model = torch.nn.Linear(16, 16)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for i in range(6):
@@ -104,7 +105,7 @@ def test_training_loop_steps_are_its_optimizer_steps(tmp_path):
     r, out, script = profile(tmp_path, TRAIN)
     assert r.returncode == 0, r.stderr
     # the program's own argv, cwd and stdout; the user's sitecustomize ran under ours
-    assert f"argv ['--flag', 'x'] cwd {tmp_path} chained 1" in r.stdout
+    assert f"argv ['--flag', 'x'] cwd {tmp_path} chained 1\ntop mark None\n" in r.stdout
     doc = report(out)
     run = doc["run"]
     assert run["command"] == [sys.executable, str(script), "--flag", "x"] and run["cwd"] == str(tmp_path)
@@ -374,8 +375,37 @@ def test_the_nsight_runs_ask_the_bootstrap_for_cuda_profiler_calls(tmp_path):
         1,
         "diffusers",
     )
-    assert settings["top_pid"] == os.getpid() and env["PYTHONPATH"].split(os.pathsep)[0] == str(BOOTSTRAP)
+    assert env["WANSCOPE_PROFILE_TOP"] == "1" and env["PYTHONPATH"].split(os.pathsep)[0] == str(BOOTSTRAP)
     args = ncu_command("ncu", ["python", "x.py"], tmp_path / "kernel", "attn_fwd", 0, 1, from_profiler_start=True)
     text = " ".join(args)
     assert "--profile-from-start off --kernel-name-base demangled --kernel-name regex:attn_fwd" in text
     assert args[-2:] == ["python", "x.py"] and "--profile-from-start" not in " ".join(ncu_command("ncu", [], tmp_path))
+
+
+# Stands in for nsys: runs the program as its own child, as nsys does, then "exports" a real
+# Nsight Systems capture (the H200 fixture) under the name it was given.
+FAKE_NSYS = """#!/bin/sh
+while [ "$1" != "-o" ]; do shift; done
+stem=$2; shift 2
+"$@" || exit $?
+cp {fixture} "$stem.sqlite" && : > "$stem.nsys-rep"
+"""
+
+
+def test_under_nsys_the_program_is_still_the_profiled_process(tmp_path):
+    """nsys (like ncu) starts the program as its child, not ours: the bootstrap must still hook it."""
+    fake = tmp_path / "nsys"
+    fake.write_text(
+        FAKE_NSYS.format(fixture=Path(__file__).parents[1] / "data" / "h200_wan21_1p3b_triton_step1.sqlite")
+    )
+    fake.chmod(0o755)
+    r, out, _ = profile(tmp_path, TRAIN, "--nsys", env={"NSYS": str(fake)})
+    assert r.returncode == 0, r.stderr
+    run = report(out)["run"]
+    assert (run["capture"], run["step_rule"], run["steps_seen"], run["profiled_steps"]) == (
+        "nsys",
+        "optimizer",
+        6,
+        [1, 2, 3],
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "trace.nsys-rep", "trace.sqlite"]

@@ -1,7 +1,8 @@
 """``wanscope profile -- COMMAND``: profile anyone's PyTorch program, with no change to its code.
 
 The program runs unmodified in a child process with its stdin, stdout, stderr, argv, cwd and
-environment, but for two variables of ours: ``WANSCOPE_PROFILE`` (the settings) and our
+environment, but for three variables of ours: ``WANSCOPE_PROFILE`` (the settings),
+``WANSCOPE_PROFILE_TOP`` (which the program's own process takes out of its environment) and our
 bootstrap folder first on ``PYTHONPATH`` (``bootstrap/sitecustomize.py``, which chains to any
 ``sitecustomize`` it shadows, and ``bootstrap/_wanscope_boot.py``, which finds the steps and runs
 torch.profiler around the profiled ones). The bootstrap imports only the standard library and
@@ -25,6 +26,7 @@ BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 STEP_RULES = ("auto", "marker", "diffusers", "optimizer", "none")
 AUTO_ORDER = ("marker", "diffusers", "optimizer")
 OWN_PROFILER = "own_profiler"  # _wanscope_boot.OWN_PROFILER
+TOP = "WANSCOPE_PROFILE_TOP"  # _wanscope_boot.TOP: the first Python to start with it is the program
 # Options of the engine run that mean nothing for someone else's program.
 ENGINE_ONLY = (
     "preset",
@@ -125,9 +127,9 @@ def child_env(
         "profile_steps": profile_steps,
         "step_rule": step_rule,
         "memory": memory,
-        "top_pid": os.getpid(),
     }
     env["WANSCOPE_PROFILE"] = json.dumps(settings)
+    env[TOP] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOTSTRAP), env.get("PYTHONPATH")) if p)
     return env
 

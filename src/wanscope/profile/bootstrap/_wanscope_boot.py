@@ -5,8 +5,7 @@ program imports it, torch; the program need not have wanscope installed.
 Settings come from ``WANSCOPE_PROFILE`` (JSON): ``out`` (folder for traces and the per-process
 record), ``warmup`` and ``profile_steps`` (steps before the window, steps in it), ``step_rule``
 (``auto``, ``marker``, ``diffusers``, ``optimizer`` or ``none``), ``memory`` (PyTorch's memory
-events), ``top_pid`` (the pid of wanscope itself: its direct child is the program's top process),
-``tool`` (``torch.profiler``, or ``cuda_profiler`` under Nsight Systems and Nsight Compute:
+events), ``tool`` (``torch.profiler``, or ``cuda_profiler`` under Nsight Systems and Nsight Compute:
 ``cudaProfilerStart`` before the first profiled step and ``cudaProfilerStop`` after the last, no
 torch.profiler, since CUPTI takes one subscriber per process).
 
@@ -25,7 +24,9 @@ Each step is a ``wanscope/step#k`` range in the trace. torch.profiler runs on a 
 steps ``warmup - 1`` (its own warm-up, not recorded) to ``warmup + profile_steps - 1``, so the rest
 of a long run pays nothing. The top process also records (without shapes or stacks) from the
 import of torch until the first step; where no step comes, that recording is the trace (one
-window). Each process that
+window). The top process is the first Python to start with ``WANSCOPE_PROFILE_TOP`` set (the
+program itself, also under Nsight Systems or Nsight Compute, which start it as their child); it
+takes the variable out of its environment, so no process it starts is the top one. Each process that
 wrote a trace, or found the program's own profiler, writes ``.boot-<pid>.json`` into ``out``.
 """
 
@@ -43,6 +44,7 @@ import time
 SETTINGS = json.loads(os.environ.get("WANSCOPE_PROFILE") or "{}")
 STEP_RANGE = "wanscope/step#"
 OWN_PROFILER = "own_profiler"
+TOP = "WANSCOPE_PROFILE_TOP"
 
 
 class _State:
@@ -402,7 +404,7 @@ def install() -> None:
     """Hook the imports of torch and diffusers (the program has imported neither yet), in the
     processes that are profiled: the top one and, under torchrun, each rank (not the launcher's
     other children, such as DataLoader workers)."""
-    _State.top = os.getppid() == SETTINGS.get("top_pid")
+    _State.top = os.environ.pop(TOP, None) is not None
     if not (_State.top or "RANK" in os.environ):
         return
     _State.pid = os.getpid()

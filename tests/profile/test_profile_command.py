@@ -382,22 +382,27 @@ def test_the_nsight_runs_ask_the_bootstrap_for_cuda_profiler_calls(tmp_path):
     assert args[-2:] == ["python", "x.py"] and "--profile-from-start" not in " ".join(ncu_command("ncu", [], tmp_path))
 
 
-# Stands in for nsys: runs the program as its own child, as nsys does, then "exports" a real
-# Nsight Systems capture (the H200 fixture) under the name it was given.
-FAKE_NSYS = """#!/bin/sh
-while [ "$1" != "-o" ]; do shift; done
-stem=$2; shift 2
-"$@" || exit $?
-cp {fixture} "$stem.sqlite" && : > "$stem.nsys-rep"
+# Stands in for nsys and ncu: a Python (ncu runs one of its own, which loads our bootstrap too)
+# that runs the program as its child, then "exports" a real Nsight Systems capture (the H200
+# fixture) under the name it was given.
+FAKE_NSYS = """#!{python}
+import shutil, subprocess, sys
+args = sys.argv[1:]
+stem = args[args.index("-o") + 1]
+code = subprocess.run(args[args.index("-o") + 2 :]).returncode
+if code:
+    sys.exit(code)
+shutil.copy({fixture!r}, stem + ".sqlite")
+open(stem + ".nsys-rep", "w").close()
 """
 
 
 def test_under_nsys_the_program_is_still_the_profiled_process(tmp_path):
-    """nsys (like ncu) starts the program as its child, not ours: the bootstrap must still hook it."""
+    """nsys and ncu start the program as their child, not ours, and ncu runs a Python of its own
+    first: the bootstrap must still hook the program."""
     fake = tmp_path / "nsys"
-    fake.write_text(
-        FAKE_NSYS.format(fixture=Path(__file__).parents[1] / "data" / "h200_wan21_1p3b_triton_step1.sqlite")
-    )
+    fixture = str(Path(__file__).parents[1] / "data" / "h200_wan21_1p3b_triton_step1.sqlite")
+    fake.write_text(FAKE_NSYS.format(python=sys.executable, fixture=fixture))
     fake.chmod(0o755)
     r, out, _ = profile(tmp_path, TRAIN, "--nsys", env={"NSYS": str(fake)})
     assert r.returncode == 0, r.stderr

@@ -26,7 +26,7 @@ BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 STEP_RULES = ("auto", "marker", "diffusers", "optimizer", "none")
 AUTO_ORDER = ("marker", "diffusers", "optimizer")
 OWN_PROFILER = "own_profiler"  # _wanscope_boot.OWN_PROFILER
-TOP = "WANSCOPE_PROFILE_TOP"  # _wanscope_boot.TOP: the first Python to start with it is the program
+TOP = "WANSCOPE_PROFILE_TOP"  # _wanscope_boot.TOP: the first process to import torch with it is the program
 # Options of the engine run that mean nothing for someone else's program.
 ENGINE_ONLY = (
     "preset",

@@ -20,14 +20,16 @@ Steps, by rule (``auto``: the first rule to see a step claims the run):
 - ``optimizer``: a step runs from the end of one ``torch.optim.Optimizer.step`` to the end of
   the next.
 
-Each step is a ``wanscope/step#k`` range in the trace. torch.profiler runs on a schedule over
-steps ``warmup - 1`` (its own warm-up, not recorded) to ``warmup + profile_steps - 1``, so the rest
-of a long run pays nothing. The top process also records (without shapes or stacks) from the
-import of torch until the first step; where no step comes, that recording is the trace (one
-window). The top process is the first Python to start with ``WANSCOPE_PROFILE_TOP`` set (the
-program itself, also under Nsight Systems or Nsight Compute, which start it as their child); it
-takes the variable out of its environment, so no process it starts is the top one. Each process that
-wrote a trace, or found the program's own profiler, writes ``.boot-<pid>.json`` into ``out``.
+Each step is a ``wanscope/step#k`` range in the trace (an NVTX range under the Nsight tools).
+torch.profiler runs on a schedule over steps ``warmup - 1`` (its own warm-up, not recorded) to
+``warmup + profile_steps - 1``, so the rest of a long run pays nothing. The top process also
+records (without shapes or stacks) from the import of torch until the first step; where no step
+comes, that recording is the trace (one window). The top process is the first process to import torch
+with ``WANSCOPE_PROFILE_TOP`` set: the program, also under Nsight Systems or Nsight Compute,
+which start it as their child (and Nsight Compute runs a Python of its own first, which sees
+this bootstrap too but imports no torch). It takes the variable out of its environment, so no
+process it starts later is the top one. Each process that wrote a trace, or found the program's own
+profiler, writes ``.boot-<pid>.json`` into ``out``.
 """
 
 from __future__ import annotations
@@ -113,6 +115,12 @@ def _cuda_profiler() -> bool:
     return SETTINGS.get("tool") == "cuda_profiler"
 
 
+def _nvtx() -> bool:
+    """Steps are NVTX ranges too under the Nsight tools (the trace they write has no
+    record_function ranges)."""
+    return _cuda_profiler() and _State.torch.cuda.is_available()
+
+
 def _on_begin(k: int) -> None:
     """Step ``k`` is about to begin."""
     warmup, last = SETTINGS["warmup"], SETTINGS["warmup"] + SETTINGS["profile_steps"] - 1
@@ -180,12 +188,16 @@ def begin_step(rule: str, user_range: bool = False) -> None:
     else:
         _State.open_range = _State.torch.autograd.profiler.record_function(f"{STEP_RANGE}{k}")
         _State.open_range.__enter__()
+    if _nvtx():
+        _State.torch.cuda.nvtx.range_push(f"{STEP_RANGE}{k}")
 
 
 def end_step(rule: str) -> None:
     """The open step of ``rule``, if any, ends."""
     if not _claim(rule) or _State.open_range is None:
         return
+    if _nvtx():
+        _State.torch.cuda.nvtx.range_pop()
     if _State.open_range != "user":
         _State.open_range.__exit__(None, None, None)
     _State.open_range = None
@@ -328,6 +340,7 @@ def _hook_optimizers(optimizer) -> None:
 
 def _on_torch(torch) -> None:
     _State.torch = torch
+    _State.top = os.environ.pop(TOP, None) is not None
     _hook_optimizers(torch.optim.Optimizer)
     profile = torch.profiler.profile
     profile.start = _refuse_own_profiler(profile.start)
@@ -402,10 +415,9 @@ def _at_exit() -> None:
 
 def install() -> None:
     """Hook the imports of torch and diffusers (the program has imported neither yet), in the
-    processes that are profiled: the top one and, under torchrun, each rank (not the launcher's
-    other children, such as DataLoader workers)."""
-    _State.top = os.environ.pop(TOP, None) is not None
-    if not (_State.top or "RANK" in os.environ):
+    processes that may be profiled: each that can still become the top one (``_on_torch``) and,
+    under torchrun, each rank (not the launcher's other children, such as DataLoader workers)."""
+    if TOP not in os.environ and "RANK" not in os.environ:
         return
     _State.pid = os.getpid()
     sys.meta_path.insert(0, _AfterImport(_match))

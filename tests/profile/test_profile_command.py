@@ -19,6 +19,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from wanscope.cli import main
+
 # The user's own sitecustomize: it must still run under ours, and it hides wanscope from the
 # profiled program (only there: WANSCOPE_PROFILE is set in the program's environment alone).
 USER_SITECUSTOMIZE = """
@@ -232,6 +234,35 @@ def test_a_program_without_steps_is_one_window(tmp_path):
     assert sum(e["name"] == "aten::mm" for e in ranges(out)) == 3
 
 
+# Labels each op with the monotonic clock (T0: the program's start, before torch's import), for
+# 1.5 s after torch's import and at least until T0 + 4 s.
+TIMED = """
+import time
+T0 = time.monotonic()
+import torch
+
+print("T0", T0, flush=True)
+x = torch.randn(16, 16)
+end = max(T0 + 4.0, time.monotonic() + 1.5)
+while (now := time.monotonic()) < end:
+    with torch.profiler.record_function(f"at {now:.6f}"):
+        x = torch.tanh(x @ x)
+"""
+
+
+def test_step_rule_none_profiles_the_time_window(tmp_path):
+    r, out, _ = profile(tmp_path, TIMED, "--step-rule", "none", "--delay", "2.5", "--duration", "0.5")
+    assert r.returncode == 0, r.stderr
+    t0 = float(r.stdout.split()[1])
+    run = report(out)["run"]
+    assert (run["step_rule"], run["time_window"]) == ("none", {"delay_s": 2.5, "duration_s": 0.5})
+    assert "--step-rule none: the time window from 2.5 s after the program started, for 0.5 s." in report(out)["notes"]
+    seen = sorted(float(e["name"][3:]) - t0 for e in ranges(out) if e["name"].startswith("at "))
+    # the window opens 2.5 s after the bootstrap started (a little before T0) and lasts 0.5 s, its
+    # ends brought to the main thread between two ops; the program ran on 1 s and more after it
+    assert len(seen) > 10 and seen[0] >= 2.4 and seen[-1] - seen[0] <= 1.0, (seen[0], seen[-1])
+
+
 OWN_PROFILER = """
 import torch
 
@@ -250,15 +281,19 @@ with torch.profiler.profile() as prof:
         (["--compile"], None, "--compile: an option of our engine's run"),
         (["--warmup", "0"], None, "--warmup must be >= 1 with a COMMAND"),
         (["--ncu", "attn("], None, "--ncu 'attn(': not a regular expression (missing ), unterminated subpattern"),
+        (["--delay", "1"], None, "--delay sets the time window of --step-rule none; add --step-rule none"),
+        (["--step-rule", "none", "--duration", "0"], None, "--duration must be a finite number of seconds > 0, got 0"),
+        (["--step-rule", "none", "--delay", "-1"], None, "--delay must be a finite number of seconds >= 0, got -1"),
+        (["--step-rule", "none", "--delay", "nan"], None, "--delay must be a finite number of seconds >= 0, got nan"),
     ],
 )
-def test_refusals_before_anything_runs(tmp_path, args, command, message):
-    argv = [sys.executable, "-m", "wanscope", "profile", "--out", str(tmp_path / "out"), *args, "--"]
-    argv += command or [sys.executable, "-c", "import sys; open('ran', 'w')"]
-    r = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path)
-    assert r.returncode == 2 and r.stderr.startswith(f"wanscope: error: {message}") and r.stderr.count("\n") == 1, (
-        r.stderr
-    )
+def test_refusals_before_anything_runs(tmp_path, capsys, monkeypatch, args, command, message):
+    monkeypatch.chdir(tmp_path)
+    argv = ["profile", "--out", str(tmp_path / "out"), *args, "--"]
+    with pytest.raises(SystemExit) as e:
+        main([*argv, *(command or [sys.executable, "-c", "import sys; open('ran', 'w')"])])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith(f"wanscope: error: {message}") and err.count("\n") == 1, err
     assert list(tmp_path.iterdir()) == []
 
 
@@ -272,17 +307,16 @@ def test_a_program_with_its_own_profiler_is_refused(tmp_path):
     assert not (out / "report.json").exists()
 
 
-def test_step_rule_without_a_command_is_refused(tmp_path):
-    r = subprocess.run(
-        [sys.executable, "-m", "wanscope", "profile", "--step-rule", "optimizer"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
-    assert (r.returncode, r.stderr) == (
+@pytest.mark.parametrize("option", [["--step-rule", "optimizer"], ["--delay", "1"], ["--duration", "1"]])
+def test_command_options_without_a_command_are_refused(tmp_path, capsys, monkeypatch, option):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["profile", *option])
+    assert (e.value.code, capsys.readouterr().err) == (
         2,
-        "wanscope: error: --step-rule applies to a COMMAND (wanscope profile [OPTIONS] -- COMMAND)\n",
+        f"wanscope: error: {option[0]} applies to a COMMAND (wanscope profile [OPTIONS] -- COMMAND)\n",
     )
+    assert list(tmp_path.iterdir()) == []
 
 
 DDP = """
@@ -365,9 +399,9 @@ def test_the_nsight_runs_ask_the_bootstrap_for_cuda_profiler_calls(tmp_path):
     """What --nsys and --ncu hand to the tools: the bootstrap's settings and ncu's start at the
     program's cudaProfilerStart, kernel names matched demangled."""
     from wanscope.ncu.capture import ncu_command
-    from wanscope.profile.command import BOOTSTRAP, child_env
+    from wanscope.profile.command import BOOTSTRAP, Window, child_env
 
-    env = child_env(tmp_path, 2, 1, "diffusers", False, tool="cuda_profiler")
+    env = child_env(tmp_path, Window(2, 1, "diffusers"), tool="cuda_profiler")
     settings = json.loads(env["WANSCOPE_PROFILE"])
     assert (settings["tool"], settings["warmup"], settings["profile_steps"], settings["step_rule"]) == (
         "cuda_profiler",
@@ -414,3 +448,42 @@ def test_under_nsys_the_program_is_still_the_profiled_process(tmp_path):
         [1, 2, 3],
     )
     assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "trace.nsys-rep", "trace.sqlite"]
+
+
+FOREVER = """
+import time
+import torch
+
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for i in range(1_000_000):
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    if i == 3:
+        print("in the window", flush=True)
+    time.sleep(0.01)
+"""
+
+
+def test_ctrl_c_stops_the_program_and_leaves_no_half_written_file(tmp_path):
+    import signal
+
+    script = tmp_path / "prog.py"
+    script.write_text(FOREVER)
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "wanscope", "profile", "--out", str(out), "--profile-steps", "100000"]
+    proc = subprocess.Popen(
+        [*argv, "--", sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    for line in proc.stdout:
+        if line == "in the window\n":
+            proc.send_signal(signal.SIGINT)  # to wanscope alone: it passes it on to the program
+            break
+    err = proc.stderr.read()
+    assert proc.wait() == 130 and err.splitlines()[-1] == "wanscope: interrupted", err
+    left = sorted(p.name for p in out.iterdir())
+    assert left in ([], ["trace.json.gz"]), left  # the program's window, written whole at its exit
+    if left:
+        with gzip.open(out / "trace.json.gz") as f:
+            assert any(e["name"] == "wanscope/step#1" for e in json.load(f)["traceEvents"] if e.get("ph") == "X")

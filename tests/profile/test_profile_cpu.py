@@ -164,12 +164,13 @@ def test_legacy_step_lookup_one_would_sync_per_step(legacy_run):
 
 def test_ctrl_c_leaves_no_partial_file(tmp_path):
     """SIGINT once the text encoder is done (the DiT loads, steps run or the trace is written):
-    exit 130 with one line, and nothing half-written in --out."""
+    exit 130 with one line, and nothing half-written in --out. 30 profiled steps, so that the
+    signal lands inside the run on a loaded machine too."""
     import signal
 
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "wanscope", *TINY, "--out", str(out)],
+        [sys.executable, "-m", "wanscope", *TINY, "--steps", "40", "--profile-steps", "30", "--out", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -20,7 +20,7 @@ from wanscope.trace.kineto import CLAIMED_RANK_KEY, OTHER_ACCELERATOR_KEY, OTHER
 from wanscope.trace.link import PARTIAL_OVERLAPS_KEY
 from wanscope.trace.nsys_export import DEGRADED_KEY
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def warnings(con) -> dict[str, int]:

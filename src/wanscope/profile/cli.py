@@ -104,7 +104,20 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
     show_default=True,
     help="With a COMMAND: how its steps are found. marker: its wanscope.step() calls or wanscope/step#k "
     "ranges; diffusers: a diffusers pipeline's denoising steps; optimizer: torch.optim.Optimizer.step "
-    "calls; auto: the first of these to see a step; none: the whole run is one window.",
+    "calls; auto: the first of these to see a step; none: no steps, the time window of --delay and "
+    "--duration (default: the whole run).",
+)
+@click.option(
+    "--delay",
+    type=float,
+    metavar="SECONDS",
+    help="With a COMMAND and --step-rule none: start the window this long after the program starts.",
+)
+@click.option(
+    "--duration",
+    type=float,
+    metavar="SECONDS",
+    help="With a COMMAND and --step-rule none: the window's length (default: to the program's end).",
 )
 @click.option("--memory", is_flag=True, help="With a COMMAND: record PyTorch's memory events too.")
 @click.option("--child", type=click.Choice(["nsys", "ncu"]), hidden=True)
@@ -122,6 +135,8 @@ def profile(
     compare_compile,
     out_dir,
     step_rule,
+    delay,
+    duration,
     memory,
     command,
     child,
@@ -147,9 +162,12 @@ def profile(
         from wanscope.profile.command import ENGINE_ONLY
 
         given = [f"--{name.rstrip('_').replace('_', '-')}" for name in ENGINE_ONLY if _given(ctx, name)]
-        profile_command(list(command), out_dir, warmup, profile_steps, step_rule, memory, given, nsys, ncu)
+        from wanscope.profile.command import Window
+
+        window = Window(warmup, profile_steps, step_rule, memory, delay, duration)
+        profile_command(list(command), out_dir, window, given, nsys, ncu)
         return
-    extra = [name for name in ("step_rule", "memory") if _given(ctx, name)]
+    extra = [name for name in ("step_rule", "delay", "duration", "memory") if _given(ctx, name)]
     if extra:
         raise UsageError(f"--{extra[0].replace('_', '-')} applies to a COMMAND (wanscope profile [OPTIONS] -- COMMAND)")
     if ncu is not None and ncu != "attention":
@@ -301,9 +319,7 @@ def _given(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
 
 
-def profile_command(
-    argv, out_dir: Path, warmup: int, profile_steps: int, step_rule: str, memory: bool, given, nsys: bool, ncu
-) -> None:
+def profile_command(argv, out_dir: Path, window, given, nsys: bool, ncu) -> None:
     """``wanscope profile -- COMMAND``: run the program under our bootstrap (under Nsight Systems
     with ``nsys``), then analyze and report its trace; with ``ncu`` (a kernel regex), run it again
     under Nsight Compute and add the kernel's diagnosis. Exits with the program's status where it
@@ -312,7 +328,7 @@ def profile_command(
     from wanscope.profile.result import build_report, render
     from wanscope.report.write import prepare_out_dir
 
-    cmd.check_command(argv, given, warmup, profile_steps, step_rule, ncu)
+    cmd.check_command(argv, given, window, ncu)
     nsys_exe = None
     if nsys:
         from wanscope.profile.nsys import find_nsys
@@ -324,23 +340,25 @@ def profile_command(
         find_ncu()
     prepare_out_dir(out_dir, ("trace.json.gz", "trace.sqlite", "report.json", "report.html"))
     if nsys_exe:
-        result = cmd.nsys_run(nsys_exe, argv, out_dir, warmup, profile_steps, step_rule)
+        result = cmd.nsys_run(nsys_exe, argv, out_dir, window)
     else:
-        result = cmd.run_command(argv, out_dir, warmup, profile_steps, step_rule, memory)
+        result = cmd.run_command(argv, out_dir, window)
     if any(r.get("error") == cmd.OWN_PROFILER for r in result.records):
         raise cmd.own_profiler_error(argv)
     status = cmd.exit_status(result.exit_code)
     if not result.traces:
         why = f"it exited with status {status}" if status else "it never imported torch"
+        if not status and window.delay is not None:
+            why = f"it ended before --delay {window.delay:g} s, or never imported torch"
         click.echo(f"wanscope: error: {argv[0]} left no trace to analyze: {why}", err=True)
         sys.exit(status or 2)
     if status:
         click.echo(f"wanscope: {argv[0]} exited with status {status}; analyzing what was captured", err=True)
-    run = cmd.run_object(argv, result, warmup, profile_steps, step_rule, "nsys" if nsys_exe else "torch.profiler")
+    run = cmd.run_object(argv, result, window, "nsys" if nsys_exe else "torch.profiler")
     report = build_report(result.traces, run, out_dir)
     files = [*result.traces, out_dir / "report.json", out_dir / "report.html"]
     render(report, [out_dir / "trace.nsys-rep", *files] if nsys_exe else files)
     if ncu:
-        _add_ncu(report, out_dir, *cmd.ncu_run(ncu, argv, out_dir, warmup, step_rule))
+        _add_ncu(report, out_dir, *cmd.ncu_run(ncu, argv, out_dir, window))
     if status:
         sys.exit(status)

@@ -12,12 +12,13 @@ torch, so the program's Python needs torch, not wanscope. This process needs no 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
 import signal
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from wanscope.errors import InputError, UsageError
@@ -48,6 +49,32 @@ ENGINE_ONLY = (
     "child",
     "run_info",
 )
+
+
+@dataclass(frozen=True)
+class Window:
+    """What to profile of the program: steps ``warmup`` .. ``warmup + profile_steps - 1`` as
+    ``step_rule`` finds them, or with ``step_rule`` ``none`` the whole run or, with ``delay``, the
+    time window from ``delay`` seconds after its start for ``duration`` seconds (to its end where
+    None); ``memory``: PyTorch's memory events too."""
+
+    warmup: int
+    profile_steps: int
+    step_rule: str
+    memory: bool = False
+    delay: float | None = None
+    duration: float | None = None
+
+    def settings(self) -> dict:
+        """The bootstrap's settings for this window (``_wanscope_boot`` reads them)."""
+        return {
+            "warmup": self.warmup,
+            "profile_steps": self.profile_steps,
+            "step_rule": self.step_rule,
+            "memory": self.memory,
+            "delay": None if self.delay is None and self.duration is None else self.delay or 0.0,
+            "duration": self.duration,
+        }
 
 
 @dataclass(frozen=True)
@@ -82,9 +109,7 @@ def _python_program(argv: list[str]) -> str | None:
     return "not a Python program (a Python interpreter with its script, or a script whose #! line runs Python)"
 
 
-def check_command(
-    argv: list[str], given: list[str], warmup: int, profile_steps: int, step_rule: str, ncu: str | None = None
-) -> None:
+def check_command(argv: list[str], given: list[str], window: Window, ncu: str | None = None) -> None:
     """Refuse, before anything runs, a command we cannot profile or options that do not apply.
 
     Args:
@@ -92,18 +117,21 @@ def check_command(
 
     Raises:
         UsageError: engine-only options with a command, a step count below 1 (``--warmup`` must be
-            >= 1: a program's first step has no start to find), an unknown step rule, or an
-            ``ncu`` kernel regex that does not compile.
+            >= 1: a program's first step has no start to find), an unknown step rule, a
+            ``--delay`` or ``--duration`` without ``--step-rule none`` or not a finite number of
+            seconds (``--delay`` >= 0, ``--duration`` > 0), or an ``ncu`` kernel regex that does
+            not compile.
         InputError: the command is not found or is not a Python program.
     """
     if given:
         raise UsageError(f"{', '.join(given)}: an option of our engine's run, not of a COMMAND's; drop it")
-    if step_rule not in STEP_RULES:
-        raise UsageError(f"unknown step rule {step_rule!r}; known: {', '.join(STEP_RULES)}")
-    if step_rule != "none" and warmup < 1:
+    if window.step_rule not in STEP_RULES:
+        raise UsageError(f"unknown step rule {window.step_rule!r}; known: {', '.join(STEP_RULES)}")
+    if window.step_rule != "none" and window.warmup < 1:
         raise UsageError("--warmup must be >= 1 with a COMMAND: the program's first step has no start to find")
-    if profile_steps < 1:
-        raise UsageError(f"--profile-steps must be >= 1, got {profile_steps}")
+    if window.profile_steps < 1:
+        raise UsageError(f"--profile-steps must be >= 1, got {window.profile_steps}")
+    _check_time_window(window)
     if ncu is not None:
         try:
             re.compile(ncu)
@@ -114,20 +142,22 @@ def check_command(
         raise InputError(Path(argv[0]), why)
 
 
-def child_env(
-    out_dir: Path, warmup: int, profile_steps: int, step_rule: str, memory: bool, tool: str = "torch.profiler"
-) -> dict[str, str]:
-    """The program's environment: ours plus the two variables of the bootstrap. ``tool``:
+def _check_time_window(window: Window) -> None:
+    for name, value, positive in (("--delay", window.delay, False), ("--duration", window.duration, True)):
+        if value is None:
+            continue
+        if window.step_rule != "none":
+            raise UsageError(f"{name} sets the time window of --step-rule none; add --step-rule none")
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            bound = "> 0" if positive else ">= 0"
+            raise UsageError(f"{name} must be a finite number of seconds {bound}, got {value:g}")
+
+
+def child_env(out_dir: Path, window: Window, tool: str = "torch.profiler") -> dict[str, str]:
+    """The program's environment: ours plus the three variables of the bootstrap. ``tool``:
     ``torch.profiler``, or ``cuda_profiler`` (under Nsight Systems and Nsight Compute)."""
     env = dict(os.environ)
-    settings = {
-        "tool": tool,
-        "out": str(out_dir.resolve()),
-        "warmup": warmup,
-        "profile_steps": profile_steps,
-        "step_rule": step_rule,
-        "memory": memory,
-    }
+    settings = {"tool": tool, "out": str(out_dir.resolve()), **window.settings()}
     env["WANSCOPE_PROFILE"] = json.dumps(settings)
     env[TOP] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOTSTRAP), env.get("PYTHONPATH")) if p)
@@ -153,13 +183,13 @@ def _remove_partials(out_dir: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def run_command(argv: list[str], out_dir: Path, warmup: int, profile_steps: int, step_rule: str, memory: bool):
+def run_command(argv: list[str], out_dir: Path, window: Window):
     """Run the program under the bootstrap; returns a ``CommandRun``.
 
     A Ctrl-C reaches the program too (same process group): we wait for it to end, remove what is
     half-written, and raise KeyboardInterrupt.
     """
-    env = child_env(out_dir, warmup, profile_steps, step_rule, memory)
+    env = child_env(out_dir, window)
     for stale in [out_dir / "trace.json.gz", *out_dir.glob("trace-rank*.json.gz")]:
         stale.unlink(missing_ok=True)  # a trace of an earlier run is not this run's
     proc = subprocess.Popen(argv, env=env)
@@ -175,23 +205,24 @@ def run_command(argv: list[str], out_dir: Path, warmup: int, profile_steps: int,
     return CommandRun(exit_code=code, records=records, traces=traces)
 
 
-def run_object(
-    argv: list[str], result: CommandRun, warmup: int, profile_steps: int, step_rule: str, capture: str
-) -> dict:
+def run_object(argv: list[str], result: CommandRun, window: Window, capture: str) -> dict:
     """The report's ``run`` object for a command (``docs/json.md``, "profile JSON")."""
     profiled = [r for r in result.records if r.get("trace")] or result.records
     first = profiled[0] if profiled else {}
     found = first.get("step_rule")
+    settings = window.settings()
+    timed = settings["delay"] is not None
     return {
         "command": argv,
         "cwd": os.getcwd(),
         "step_rule": found or "none",
-        "step_rule_asked": step_rule,
-        "rules_tried": list(AUTO_ORDER) if step_rule == "auto" else [step_rule],
+        "step_rule_asked": window.step_rule,
+        "rules_tried": list(AUTO_ORDER) if window.step_rule == "auto" else [window.step_rule],
+        "time_window": {"delay_s": settings["delay"], "duration_s": window.duration} if timed else None,
         "exit_code": result.exit_code,
         "capture": capture,
-        "warmup_steps": warmup if found else 0,
-        "profiled_steps": list(range(warmup, warmup + profile_steps)) if found else [],
+        "warmup_steps": window.warmup if found else 0,
+        "profiled_steps": list(range(window.warmup, window.warmup + window.profile_steps)) if found else [],
         "steps_seen": first.get("steps", 0),
         "versions": {"python": first.get("python"), "torch": first.get("torch"), "cuda": first.get("cuda")},
         "gpu": {"name": first["gpu"]} if first.get("gpu") else None,
@@ -205,7 +236,13 @@ def command_notes(run: dict) -> list[str]:
     """What the report says of a command's run: which rule found the steps, or that none did."""
     out = []
     if run["step_rule"] == "none":
-        if run["step_rule_asked"] == "none":
+        timed = run["time_window"]
+        if timed:
+            length = "to the end" if timed["duration_s"] is None else f"for {timed['duration_s']:g} s"
+            out.append(
+                f"--step-rule none: the time window from {timed['delay_s']:g} s after the program started, {length}."
+            )
+        elif run["step_rule_asked"] == "none":
             out.append("--step-rule none: the whole run, from the import of torch to the end, is one window.")
         else:
             out.append(
@@ -233,6 +270,8 @@ def title(run: dict) -> str:
         text = text[:77] + "..."
     steps = run["profiled_steps"]
     where = f"steps {steps[0]}-{steps[-1]} ({run['step_rule']} rule)" if steps else "the whole run"
+    if run["time_window"]:
+        where = "a time window"
     return f"wanscope profile: {text}, {where}"
 
 
@@ -248,12 +287,12 @@ def exit_status(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def nsys_run(nsys_exe: str, argv: list[str], out_dir: Path, warmup: int, profile_steps: int, step_rule: str):
+def nsys_run(nsys_exe: str, argv: list[str], out_dir: Path, window: Window):
     """The program under Nsight Systems (``--capture-range=cudaProfilerApi``: the bootstrap calls
     cudaProfilerStart/Stop around the profiled steps); a ``CommandRun`` with the SQLite export."""
     from wanscope.profile import nsys
 
-    env = child_env(out_dir, warmup, profile_steps, step_rule, False, tool="cuda_profiler")
+    env = child_env(out_dir, replace(window, memory=False), tool="cuda_profiler")
     try:
         _rep, sqlite = nsys.capture(nsys_exe, out_dir, argv, env=env)
     finally:
@@ -261,14 +300,14 @@ def nsys_run(nsys_exe: str, argv: list[str], out_dir: Path, warmup: int, profile
     return CommandRun(exit_code=0, records=records, traces=[sqlite])
 
 
-def ncu_run(regex: str, argv: list[str], out_dir: Path, warmup: int, step_rule: str):
+def ncu_run(regex: str, argv: list[str], out_dir: Path, window: Window):
     """The program again, under Nsight Compute from its first profiled step (the bootstrap's
     cudaProfilerStart; ``--profile-from-start off``): the first launch of a kernel whose demangled
     name matches ``regex``. Returns (the files, the diagnoses)."""
     from wanscope.ncu.capture import capture
     from wanscope.profile.ncu import diagnose_capture
 
-    env = child_env(out_dir, warmup, 1, step_rule, False, tool="cuda_profiler")
+    env = child_env(out_dir, replace(window, profile_steps=1, memory=False), tool="cuda_profiler")
     try:
         files = capture(argv, out_dir / "kernel", regex, 0, 1, from_profiler_start=True, env=env)
     finally:

@@ -40,7 +40,9 @@ import importlib
 import importlib.abc
 import json
 import os
+import signal
 import sys
+import threading
 import time
 
 SETTINGS = json.loads(os.environ.get("WANSCOPE_PROFILE") or "{}")
@@ -59,6 +61,7 @@ class _State:
     trace_written = None
     top = False
     pid = None
+    started = None  # time.monotonic() at the program's start
 
 
 def _trace_path(name: str) -> str:
@@ -362,9 +365,70 @@ def _on_torch(torch) -> None:
         return out
 
     record_function.__enter__, record_function.__exit__ = rf_enter, rf_exit
-    if _State.top and not _cuda_profiler():
+    if _State.top and SETTINGS.get("delay") is not None:
+        _arm_time_window()
+    elif _State.top and not _cuda_profiler():
         _State.whole_run = _profiler(stacks=False)
         _State.whole_run.start()
+
+
+# --- the time window of --step-rule none (--delay, --duration) ------------------------------------
+
+
+def _signal():
+    """The signal that brings the window's ends to the main thread (a profiler starts and stops
+    only there): a real-time signal, which programs seldom use, where the system has them."""
+    rtmin = getattr(signal, "SIGRTMIN", None)
+    return signal.SIGALRM if rtmin is None else rtmin + 7
+
+
+def _arm_time_window() -> None:
+    """From ``delay`` seconds after the program started, for ``duration`` seconds of recording
+    (to the end where null): a timer thread signals the main thread at each end, the second
+    once the window is open (opening it can take a while: torch.profiler imports more of torch)."""
+    delay, duration = SETTINGS["delay"], SETTINGS.get("duration")
+    sig = _signal()
+    main = threading.main_thread().ident
+    opened = threading.Event()
+
+    def handler(*_):
+        if not opened.is_set():
+            _open_time_window()
+            opened.set()
+            if duration is not None:
+                return
+        else:
+            _close_time_window()
+        signal.signal(sig, previous)
+
+    def timer():
+        time.sleep(max(0.0, _State.started + delay - time.monotonic()))
+        signal.pthread_kill(main, sig)
+        if duration is not None:
+            opened.wait()
+            time.sleep(duration)
+            signal.pthread_kill(main, sig)
+
+    previous = signal.signal(sig, handler)
+    threading.Thread(target=timer, name="wanscope-window", daemon=True).start()
+
+
+def _open_time_window() -> None:
+    if _cuda_profiler():
+        _sync()
+        _State.torch.cuda.profiler.start()
+        _State.window = "cuda_profiler"
+    else:
+        _State.window = _profiler(on_trace_ready=_export)
+        _State.window.start()
+
+
+def _close_time_window() -> None:
+    if _State.window == "cuda_profiler":
+        _stop_cuda_profiler()
+    elif _State.window is not None:
+        prof, _State.window = _State.window, None
+        prof.stop()  # torch.profiler hands the recording to _export
 
 
 def _write_record(extra: dict) -> None:
@@ -420,5 +484,6 @@ def install() -> None:
     if TOP not in os.environ and "RANK" not in os.environ:
         return
     _State.pid = os.getpid()
+    _State.started = time.monotonic()
     sys.meta_path.insert(0, _AfterImport(_match))
     atexit.register(_at_exit)

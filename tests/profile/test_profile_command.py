@@ -156,6 +156,8 @@ def test_diffusers_steps_are_the_schedulers_with_both_cfg_branches(tmp_path):
     frames = {s["frame"] for s in doc["syncs"]}
     ours = {f for f in frames if not f.startswith("diffusers/")}
     assert ours == {f"{script.name}({def_line(script.read_text().splitlines(), 'on_step_end')}): on_step_end"}
+    # one: step 1's callback; step 2's runs after the window closed with its scheduler.step
+    assert [s["op"] for s in doc["syncs"] if s["frame"] in ours] == ["aten::item"]
     root = Path(diffusers.__file__).parent.parent
     for frame in frames - ours:
         path, _, rest = frame.partition("(")

@@ -170,3 +170,52 @@ def test_symmetric_memory_barriers_are_communication():
         == "communication"
     )
     assert categorize("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)") == "communication"
+
+
+def test_a_single_rank_gets_its_communication_too():
+    """Class: communication/compute overlap only with two or more ranks. One rank's file alone
+    reports the same numbers per device as the two-rank analysis does for it."""
+    single = open_traces([shared_fixture(FIXTURE) / "sampled_rank-0.json.gz"])
+    (device,) = analyze(single)["devices"]
+    want = {k: v for k, v in expected()["communication"][0].items() if k not in ("rank", "device")}
+    assert device["communication"] == want and want["communication_count"] == 10
+
+
+def test_communication_per_device_on_a_trace_built_here(tmp_path):
+    """One rank: on device 0 compute on stream 7 at 0-100 and 150-200 us, NCCL on stream 8 at
+    80-160 us and 300-310 us (from 1000 us). Communication union 90 us, overlap with compute 20 + 10 = 30 us,
+    exposed 60 us; a device without NCCL kernels has none."""
+
+    def k(name, ts, dur, stream, device=0, corr=0):
+        args = {"device": device, "stream": stream, "correlation": corr}
+        return {
+            "ph": "X",
+            "cat": "kernel",
+            "name": name,
+            "pid": device,
+            "tid": stream,
+            "ts": ts,
+            "dur": dur,
+            "args": args,
+        }
+
+    events = [  # at 1000 us on: a timestamp of 0 reads as none
+        k("gemm_kernel", 1000, 100, 7, corr=1),
+        k("gemm_kernel", 1150, 50, 7, corr=2),
+        k("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 1080, 80, 8, corr=3),
+        k("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 1300, 10, 8, corr=4),
+        k("gemm_kernel", 1000, 10, 7, device=1, corr=5),
+    ]
+    path = tmp_path / "one_rank.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    d0, d1 = analyze(open_traces([path]))["devices"]
+    assert d0["communication"] == {
+        "communication_count": 2,
+        "communication_ns": 90_000,
+        "communication_busy_ns": 90_000,
+        "compute_busy_ns": 150_000,
+        "overlap_ns": 30_000,
+        "overlap_pct": round(100 * 30 / 90, 4),
+        "exposed_communication_ns": 60_000,
+    }
+    assert d1["communication"] is None

@@ -11,7 +11,7 @@ import orjson
 from wanscope.analysis.fused import fused_kernels
 from wanscope.analysis.gaps import idle_gaps
 from wanscope.analysis.kernels import categories, top_kernels
-from wanscope.analysis.ranks import rank_count, rank_summary
+from wanscope.analysis.ranks import communication, rank_count, rank_summary
 from wanscope.analysis.scope import Scope
 from wanscope.analysis.steps import step_times
 from wanscope.analysis.syncs import find_syncs
@@ -146,6 +146,20 @@ def run_notes(con) -> list[str]:
     return notes
 
 
+def device_communication(con, scope: Scope, cats: dict) -> dict:
+    """(rank, device) -> its communication kernels against its compute (``ranks.communication``'s
+    fields but ``rank`` and ``device``), for each device that ran communication kernels, with one
+    rank as with several (as HTA reports per rank). Queried only where ``cats`` (``categories``)
+    has communication, so a trace without it pays nothing."""
+    if not any(row["category"] == "communication" for rows in cats.values() for row in rows):
+        return {}
+    return {
+        (r["rank"], r["device"]): {k: v for k, v in r.items() if k not in ("rank", "device")}
+        for r in communication(con, scope)
+        if r["communication_count"]
+    }
+
+
 def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0) -> dict:
     """Analyze an ingested trace database.
 
@@ -174,11 +188,13 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
     fused = fused_kernels(con, scope)
     empty_gaps = {"count": 0, "total_ns": 0, "histogram": {}, "largest": []}
     source_of = source_of_rank(con)
+    comm = device_communication(con, scope, cats)
     for d in devices:
         key = (d["rank"], d["device"])
         d["source"] = source_of.get(d["rank"])
         d["top_kernels"] = tops.get(key, [])
         d["categories"] = cats.get(key, [])
+        d["communication"] = comm.get(key)
         d["gaps"] = gaps.get(key, empty_gaps)
         d["fused_kernels"] = fused.get(key, [])
     gpu_ranks = (

@@ -53,6 +53,14 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
         for row in d["categories"]:
             t.add_row(row["category"], f"{row['count']:,}", fmt_ns(row["total_ns"]), fmt_pct(row["pct"]))
         c.print(t)
+        comm = d.get("communication")
+        if comm:
+            c.print(
+                f"communication: {comm['communication_count']:,} kernels, {fmt_ns(comm['communication_ns'])} "
+                f"(busy {fmt_ns(comm['communication_busy_ns'])}) · overlap with compute "
+                f"{fmt_ns(comm['overlap_ns'])} ({fmt_pct(comm['overlap_pct'])}) · "
+                f"exposed {fmt_ns(comm['exposed_communication_ns'])}"
+            )
         t = Table("kernel", "count", "total", "mean", "%", title="top kernels")
         for row in d["top_kernels"]:
             t.add_row(

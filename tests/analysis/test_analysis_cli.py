@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_context import run_main
 from shared_fixtures import HANG_S, REPO, shared_fixture
 
 H200 = "kineto/h200_diffusers_wan21_1p3b_eager_forward.json.gz"
@@ -15,7 +16,7 @@ EMBEDDED = REPO / "src" / "wanscope" / "data" / "h200_diffusers_wan21_1p3b_eager
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "wanscope", *map(str, args)], capture_output=True, text=True)
+    return run_main(*args)
 
 
 def test_analyze_default_names_the_embedded_trace():
@@ -116,11 +117,11 @@ def test_a_random_weights_trace_says_so_when_analyzed_again():
 @pytest.mark.parametrize(
     "args",
     [
-        ["analyze", "--top", "2000"],  # table (rich), 2.7 MB
-        ["analyze", "--top", "2000", "--format", "json"],  # 3.5 MB
+        ["analyze", "--top", "300"],  # table (rich), 0.42 MB: a pipe holds 64 KB
+        ["analyze", "--top", "300", "--format", "json"],  # 0.55 MB
         ["query", "-", "SELECT * FROM cpu_ops", "--format", "csv"],
         ["query", "-", "SELECT * FROM cpu_ops", "--format", "json"],
-        ["query", "-", "SELECT * FROM cpu_ops LIMIT 5000"],
+        ["query", "-", "SELECT * FROM cpu_ops LIMIT 1000"],  # 0.24 MB
     ],
 )
 def test_a_closed_pipe_ends_quietly_with_exit_0(args):

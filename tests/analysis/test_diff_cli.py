@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_context import run_main
 from synthetic_traces import base_and_new, cpu_base_and_new, kernel, launch, write_trace
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "wanscope", *map(str, args)], capture_output=True, text=True)
+    return run_main(*args)
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import subprocess
-import sys
 
 import duckdb
 import pytest
+from cli_context import run_main
 from shared_fixtures import shared_fixture
 
 from wanscope.errors import InputError
@@ -21,7 +20,7 @@ FIXTURE = "nsys/nsightful_power_iteration__baseline.sqlite"
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "wanscope", *map(str, args)], capture_output=True, text=True)
+    return run_main(*args)
 
 
 def assert_one_line_error(result, *words):

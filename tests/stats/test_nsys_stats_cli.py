@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
+from cli_context import run_main
 from shared_fixtures import shared_fixture
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "wanscope", *map(str, args)], capture_output=True, text=True)
+    return run_main(*args)
 
 
 def test_csv_matches_nsys_file_for_gaps():

@@ -3,10 +3,9 @@ per-record problems are counted by kind under ``warnings`` and excluded."""
 
 import gzip
 import json
-import subprocess
-import sys
 
 import pytest
+from cli_context import run_main
 
 from wanscope.analysis.summary import analyze
 from wanscope.trace import open_traces
@@ -48,7 +47,7 @@ def write_native(path, events):
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "wanscope", *map(str, args)], capture_output=True, text=True)
+    return run_main(*args)
 
 
 def test_per_record_problems_are_counted_and_excluded(tmp_path):

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -15,13 +13,14 @@ from PIL import Image
 pytest.importorskip("torch")
 imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
 
+from cli_context import run_main
 from wan_helpers import write_diffusers_checkpoint, write_official_dit
 
 TINY = ["generate", "--preset", "tiny", "--prompt", "a red fox in the snow"]
 
 
 def wanscope(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "wanscope", *args], capture_output=True, text=True, cwd=cwd)
+    return run_main(*args, cwd=cwd)
 
 
 def test_generate_random_weights_writes_decodable_mp4(tmp_path):
@@ -163,12 +162,7 @@ def test_output_paths_are_checked_before_any_work(tmp_path, out, message):
     (work / "x_frames_frames" / "notes.txt").write_text("mine")
     os.mkfifo(work / "fifo.mp4")
     before = _tree(tmp_path)
-    r = subprocess.run(
-        [sys.executable, "-m", "wanscope", *TINY, "--random-weights", "--out", out],
-        capture_output=True,
-        text=True,
-        cwd=work,
-    )
+    r = wanscope(*TINY, "--random-weights", "--out", out, cwd=work)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert _tree(tmp_path) == before

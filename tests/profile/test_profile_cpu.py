@@ -4,10 +4,8 @@ and with ``--legacy-step-lookup`` one would-be sync per step at the sampler's ``
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import inspect
-import io
 import json
 import subprocess
 import sys
@@ -17,27 +15,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from cli_context import run_main as wanscope  # in this process: torch's imports were half a run
+
 from wanscope.profile.result import CPU_NOTE, cfg_note
 from wanscope.wan.options import RANDOM_NOTE
 from wanscope.wan.sampler import FlowSampler
 
 pytestmark = pytest.mark.cpu_only(reason="a GPU run profiles the 1.3B preset")
 TINY = ["profile", "--preset", "tiny", "--profile-steps", "2"]
-
-
-def wanscope(*args) -> subprocess.CompletedProcess:
-    """``wanscope ARGS`` through the entry point in this process: the command end to end, without
-    a process of its own, whose start (torch's and transformers' imports) was half of a run."""
-    from wanscope.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as e:
-            code = e.code
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def run_profile(out, *extra):

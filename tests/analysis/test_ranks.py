@@ -19,7 +19,7 @@ from wanscope.trace import open_traces
 
 FIXTURE = "kineto/hta/trace_filter"
 # the category rules that come before "communication" (categories.csv); none matches here
-EARLIER_RULES = r"^triton_|^triton__|flash|fmha|sdpa|attention"
+EARLIER_RULES = r"^triton_"
 
 
 def ns(us) -> int:

@@ -385,7 +385,7 @@ def _signal():
 def _arm_time_window() -> None:
     """From ``delay`` seconds after the program started, for ``duration`` seconds of recording
     (to the end where null): a timer thread signals the main thread at each end, the second
-    once the window is open (opening it can take a while: torch.profiler imports more of torch)."""
+    once the window is open."""
     delay, duration = SETTINGS["delay"], SETTINGS.get("duration")
     sig = _signal()
     main = threading.main_thread().ident
@@ -402,6 +402,9 @@ def _arm_time_window() -> None:
         signal.signal(sig, previous)
 
     def timer():
+        # torch.profiler's start imports torch._inductor (a second or more): here, beforehand,
+        # so that the window opens on time
+        hasattr(_State.torch, "_inductor")
         time.sleep(max(0.0, _State.started + delay - time.monotonic()))
         signal.pthread_kill(main, sig)
         if duration is not None:

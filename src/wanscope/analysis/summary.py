@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import orjson
 
+from wanscope.analysis.completeness import completeness, graph_trace_note
 from wanscope.analysis.fused import fused_kernels
 from wanscope.analysis.gaps import idle_gaps
 from wanscope.analysis.kernels import categories, top_kernels
@@ -202,13 +203,18 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
     )
     srcs = sources(con)
     warns = warnings(con)
+    steps = step_times(con, scope)
+    missing, missing_notes = completeness(con, steps, devices)
     notes = (
         rank_notes(srcs)
         + degraded_notes(con)
         + stream_notes(con, warns)
         + other_accelerator_notes(con)
+        + graph_trace_note(warns)
+        + missing_notes
         + run_notes(con)
     )
+    warns = dict(sorted({**warns, **missing}.items()))
     if not devices:
         notes.append(
             "no GPU activity: the trace holds no kernels, memcpys or memsets with valid times"
@@ -221,7 +227,7 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         "warnings": warns,
         "devices": devices,
         "syncs": find_syncs(con, gpu_ranks, scope),
-        "steps": step_times(con, scope),
+        "steps": steps,
         "notes": notes,
     }
     if rank_count(con) > 1:

@@ -5,6 +5,8 @@ What goes where:
 - ``CUPTI_ACTIVITY_KIND_KERNEL`` -> ``kernels`` (names through ``StringIds``:
   ``demangledName``, or ``shortName`` with ``kernel_names="short"``; shared memory is
   static + dynamic);
+- ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` (graph-level tracing, one record per graph run) ->
+  ``kernels`` as ``CUDA graph N (graph-level trace)``, counted as ``graph_trace``;
 - ``CUPTI_ACTIVITY_KIND_MEMCPY`` / ``_MEMSET`` -> ``memops`` (copy kinds from
   ``ENUM_CUDA_MEMCPY_OPER``, or CUPTI's documented values for exports without it; ``name``
   is NVIDIA's operation name, e.g. ``[CUDA memcpy Device-to-Host]``, ``[CUDA memset]``);
@@ -122,6 +124,7 @@ class _Ingest:
         self.kernel_table = export.table("CUPTI_ACTIVITY_KIND_KERNEL")
         self.memcpy_table = export.table("CUPTI_ACTIVITY_KIND_MEMCPY")
         self.memset_table = export.table("CUPTI_ACTIVITY_KIND_MEMSET")
+        self.graph_table = export.table("CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
 
     # --- plumbing -------------------------------------------------------------------
 
@@ -194,7 +197,7 @@ class _Ingest:
 
     def _assign_ranks(self) -> None:
         pids: set[int] = set()
-        for table in (self.kernel_table, self.memcpy_table, self.memset_table):
+        for table in (self.kernel_table, self.memcpy_table, self.memset_table, self.graph_table):
             if table:
                 self._cols(table, "", ("globalPid", "deviceId", "streamId", "start", "end"))
                 pids.update(
@@ -214,6 +217,7 @@ class _Ingest:
     def run(self) -> None:
         self._assign_ranks()
         self.kernels()
+        self.graph_traces()
         self.memops()
         self.api_calls()
         self.syncs()
@@ -287,6 +291,31 @@ class _Ingest:
             names,
             f"""{self.rank_sql}, device::INTEGER, stream::BIGINT, s::BIGINT, e::BIGINT, (e - s)::BIGINT, name::VARCHAR,
                 corr::BIGINT, pid::BIGINT, [grid_x, grid_y, grid_z]::INTEGER[], [block_x, block_y, block_z]::INTEGER[], regs::INTEGER, smem::BIGINT""",
+            rows,
+        )
+
+    def graph_traces(self) -> None:
+        """Graph-level records (``nsys --cuda-graph-trace=graph``): one per graph run, with no
+        kernel records under it. Each goes into ``kernels`` as ``CUDA graph N (graph-level
+        trace)``, so the run counts as busy time and pairs with its launch; counted as
+        ``graph_trace``."""
+        if not self.graph_table:
+            return
+        table = self.graph_table
+        c = self._cols(table, "g", ("deviceId", "streamId", "start", "end", "globalPid"), ("correlationId", "graphId"))
+        where = self._timed(table, "g", activity=True)
+        rows = self.export.con.execute(
+            f"""SELECT {c["deviceId"]}, {c["streamId"]}, g.start, g."end", {c["correlationId"]},
+                       ({c["globalPid"]} >> 24) & 16777215, {c["graphId"]}
+                FROM "{table}" AS g WHERE {where}"""
+        ).fetchall()
+        self._warn("graph_trace", len(rows))
+        self._insert(
+            "kernels",
+            ["device", "stream", "s", "e", "corr", "pid", "graph"],
+            f"""{self.rank_sql}, device::INTEGER, stream::BIGINT, s::BIGINT, e::BIGINT, (e - s)::BIGINT,
+                'CUDA graph ' || coalesce(graph::VARCHAR, '?') || ' (graph-level trace)', corr::BIGINT, pid::BIGINT,
+                NULL, NULL, NULL, NULL""",
             rows,
         )
 

@@ -53,8 +53,8 @@ def test_graph_launches_whose_kernels_are_missing(tmp_path):
     doc, _ = analyzed(tmp_path, events)
     assert doc["warnings"] == {"graph_launch_without_kernels": 90}
     assert (
-        "90 of 100 cudaGraphLaunch calls have no kernel records: their kernels were not captured and utilization "
-        "undercounts (warnings: graph_launch_without_kernels)" in doc["notes"]
+        "90 of 100 cudaGraphLaunch calls have no kernel records: their kernels were not captured (or were excluded "
+        "at ingest) and utilization undercounts (warnings: graph_launch_without_kernels)" in doc["notes"]
     )
 
 
@@ -65,8 +65,8 @@ def test_kernel_launches_whose_kernels_were_dropped(tmp_path):
     doc, _ = analyzed(tmp_path, events)
     assert doc["warnings"] == {"launch_without_kernel": 2}
     assert [n for n in doc["notes"] if "no kernel records" in n] == [
-        "2 of 5 cudaLaunchKernel calls have no kernel records: their kernels were not captured and utilization "
-        "undercounts (warnings: launch_without_kernel)"
+        "2 of 5 cudaLaunchKernel calls have no kernel records: their kernels were not captured (or were excluded "
+        "at ingest) and utilization undercounts (warnings: launch_without_kernel)"
     ]
 
 

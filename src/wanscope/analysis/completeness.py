@@ -5,8 +5,9 @@ complete. Each finding is a ``warnings`` kind with a count and one ``notes`` sen
   the GPU activities: torch.profiler without ``ProfilerActivity.CUDA``, ``nsys`` without
   ``-t cuda``, or a kernel table the export lacks); the count is the launches.
 - ``launch_without_kernel``: kernel launches (runtime or driver API, CUDA or HIP) whose
-  correlation id has no kernel record in the same process: their kernels were dropped
-  (a full activity buffer, a window cut short) and utilization undercounts.
+  correlation id has no GPU record in the same process: their kernels were dropped (a full
+  activity buffer, a window cut short), or excluded at ingest as malformed (counted there
+  too), and utilization undercounts.
 - ``graph_launch_without_kernels``: the same for graph launches (``cudaGraphLaunch``,
   ``cuGraphLaunch``, ``hipGraphLaunch``), whose kernels carry the launch's correlation id
   (CUPTI's correlation of graph kernels).
@@ -47,7 +48,8 @@ def _launches(con) -> list[tuple[str, bool, int, int]]:
     """(API name, is a graph launch, calls, calls without a kernel record) per launch API."""
     return con.execute(
         f"""
-        WITH k AS (SELECT DISTINCT rank, pid, correlation FROM kernels WHERE correlation IS NOT NULL)
+        WITH k AS (SELECT rank, pid, correlation FROM kernels WHERE correlation IS NOT NULL
+                   UNION SELECT rank, pid, correlation FROM memops WHERE correlation IS NOT NULL)
         SELECT a.name, a.name IN ({_names(GRAPH_LAUNCHES)}), count(*), count(*) FILTER (k.correlation IS NULL)
         FROM api_calls a
         LEFT JOIN k ON k.rank = a.rank AND k.pid IS NOT DISTINCT FROM a.pid AND k.correlation = a.correlation
@@ -79,7 +81,7 @@ def _launch_findings(con) -> tuple[dict[str, int], list[str]]:
         warns[kind] = warns.get(kind, 0) + missing
         notes.append(
             f"{missing:,} of {calls:,} {name} calls have no kernel records: their kernels were not captured "
-            f"and utilization undercounts (warnings: {kind})"
+            f"(or were excluded at ingest) and utilization undercounts (warnings: {kind})"
         )
     return warns, notes
 

@@ -82,6 +82,13 @@ class Trace:
 
         return _frame(host_ops(self.con, top=self._top)["ops"])
 
+    def memory(self):
+        """Peak memory per (rank, device) from PyTorch's memory events (device -1: the CPU):
+        rank, device, events, peak_allocated_bytes, peak_ns, peak_reserved_bytes, timeline
+        ([time_ns, allocated, reserved] points) and at_peak (the blocks live at the peak by
+        allocating op); empty for a trace without memory events."""
+        return _frame(self._analysis["memory"])
+
     def close(self) -> None:
         self.con.close()
 

@@ -12,6 +12,7 @@ from wanscope.analysis.completeness import completeness, graph_trace_note
 from wanscope.analysis.fused import fused_kernels
 from wanscope.analysis.gaps import idle_gaps
 from wanscope.analysis.kernels import categories, top_kernels
+from wanscope.analysis.memory import memory
 from wanscope.analysis.ranks import communication, rank_count, rank_summary
 from wanscope.analysis.scope import Scope
 from wanscope.analysis.steps import step_times
@@ -176,7 +177,8 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
 
     Returns:
         A dict: ``schema_version``, ``sources``, ``warnings``, ``devices`` (one per
-        (rank, device) with GPU activity), ``syncs``, ``steps``, and ``notes`` (plain
+        (rank, device) with GPU activity), ``syncs``, ``steps``, ``memory`` (``analysis.memory``:
+        one per (rank, device) with PyTorch's memory events, the CPU as -1), and ``notes`` (plain
         sentences, e.g. "no GPU activity" for a CPU-only trace); with more than one rank also
         ``ranks`` (communication time and overlap per device, slowest rank per step).
     """
@@ -205,6 +207,7 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
     warns = warnings(con)
     steps = step_times(con, scope)
     missing, missing_notes = completeness(con, steps, devices)
+    mem = memory(con, top)
     notes = (
         rank_notes(srcs)
         + degraded_notes(con)
@@ -214,6 +217,11 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         + missing_notes
         + run_notes(con)
     )
+    if not mem:
+        notes.append(
+            "no memory events in the trace: record them with torch.profiler's profile_memory=True "
+            "(wanscope profile --memory) for peak memory and what holds it"
+        )
     warns = dict(sorted({**warns, **missing}.items()))
     if not devices:
         notes.append(
@@ -228,6 +236,7 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         "devices": devices,
         "syncs": find_syncs(con, gpu_ranks, scope),
         "steps": steps,
+        "memory": mem,
         "notes": notes,
     }
     if rank_count(con) > 1:

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from wanscope.clitools import console as make_console
-from wanscope.report.units import fmt_ns, fmt_pct
+from wanscope.report.units import fmt_bytes, fmt_ns, fmt_pct
 
 DEFINITIONS = (
     "Definitions: window = first to last GPU activity (kernels, memcpy, memset) per device; "
@@ -124,6 +124,16 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
         t = Table("rank", "step", "CPU time", "GPU time", title="steps")
         for s in result["steps"]:
             t.add_row(str(s["rank"]), str(s["step"]), fmt_ns(s["cpu_dur_ns"]), fmt_ns(s["gpu_dur_ns"]))
+        c.print(t)
+    for m in result.get("memory", []):
+        where = "CPU" if m["device"] == -1 else f"device {m['device']}"
+        c.print(
+            f"memory, rank {m['rank']} · {where}: peak allocated {fmt_bytes(m['peak_allocated_bytes'])} "
+            f"· peak reserved {fmt_bytes(m['peak_reserved_bytes'])} · {m['events']:,} events"
+        )
+        t = Table("allocated by (outermost aten op)", "live at the peak", "blocks", title="memory held at the peak")
+        for row in m["at_peak"]:
+            t.add_row(row["name"], fmt_bytes(row["bytes"]), f"{row['blocks']:,}")
         c.print(t)
     if "ranks" in result:
         render_ranks(result["ranks"], c)

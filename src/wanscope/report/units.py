@@ -1,4 +1,4 @@
-"""Human-readable durations for terminal and HTML output (the data stays in ns)."""
+"""Human-readable durations and byte counts for terminal and HTML output (the data stays in ns and bytes)."""
 
 
 def fmt_ns(ns) -> str:
@@ -14,3 +14,14 @@ def fmt_ns(ns) -> str:
 
 def fmt_pct(pct) -> str:
     return "-" if pct is None else f"{pct:.2f}%"
+
+
+def fmt_bytes(n) -> str:
+    """Format a byte count in GiB, MiB or bytes (binary units)."""
+    if n is None:
+        return "-"
+    if abs(n) >= 2**30:
+        return f"{n / 2**30:,.2f} GiB"
+    if abs(n) >= 2**20:
+        return f"{n / 2**20:,.1f} MiB"
+    return f"{n:,} B"

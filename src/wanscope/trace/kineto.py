@@ -118,6 +118,14 @@ _ARGS = {
     "bytes": "VARCHAR",
     "Input Dims": "VARCHAR",
     "name": "VARCHAR",
+    # PyTorch's memory events ([memory] instant events of profile_memory=True); their "Bytes"
+    # cannot be read beside the memcpys' "bytes" (DuckDB's struct fields ignore case): the
+    # analysis takes it from the change in "Total Allocated"
+    "Total Allocated": "VARCHAR",
+    "Total Reserved": "VARCHAR",
+    "Addr": "VARCHAR",
+    "Device Type": "VARCHAR",
+    "Device Id": "VARCHAR",
 }
 _COLUMNS = {
     "ph": "VARCHAR",
@@ -174,7 +182,8 @@ WITH raw AS (
               THEN coalesce(try_cast(args.stream AS BIGINT), try_cast(tid AS BIGINT)) END AS stream,
          try_cast(args.correlation AS BIGINT) AS corr, try_cast(args."External id" AS BIGINT) AS ext,
          coalesce(ph = 'X' AND name IS NOT NULL AND s > 0 AND s <= {_BIG} AND d <= {_BIG}
-                  AND s + d <= {_BIG}, false) AS valid
+                  AND s + d <= {_BIG}, false) AS valid,
+         coalesce(ph = 'i' AND name = '[memory]' AND s > 0 AND s <= {_BIG}, false) AS mem
   FROM raw
 ), flagged AS (
   SELECT *,
@@ -186,6 +195,7 @@ WITH raw AS (
 )
 SELECT
   CASE WHEN cat = 'ac2g' AND ph IN ('s', 'f') THEN 'flow'
+       WHEN mem THEN CASE WHEN try_cast(args."Total Allocated" AS BIGINT) IS NOT NULL THEN 'memory' END
        WHEN NOT valid OR overflow OR undecodable_name THEN NULL
        WHEN gpu THEN CASE WHEN d >= 0 AND device IS NOT NULL AND stream IS NOT NULL
                           THEN CASE WHEN cat = 'kernel' THEN 'kernel' ELSE 'memop' END END
@@ -194,7 +204,7 @@ SELECT
        WHEN cat IN {_HOST} THEN 'host'
        WHEN cat = 'cuda_sync' THEN 'sync' END AS dest,
   ph, cat, name, id,
-  CASE WHEN valid THEN s::BIGINT END AS start_ns, CASE WHEN valid THEN d::BIGINT END AS dur_ns,
+  CASE WHEN valid OR mem THEN s::BIGINT END AS start_ns, CASE WHEN valid THEN d::BIGINT END AS dur_ns,
   CASE WHEN NOT gpu THEN try_cast(pid AS BIGINT) END AS pid,
   CASE WHEN NOT gpu THEN try_cast(tid AS BIGINT) END AS tid,
   device, stream, corr, ext,
@@ -205,6 +215,12 @@ SELECT
   CASE WHEN cat IN {_GPU} AND cat <> 'kernel' THEN try_cast(args.bytes AS BIGINT) END AS bytes,
   CASE WHEN cat IN ('cpu_op', 'operator') THEN args."Input Dims"::VARCHAR END AS input_dims,
   args.name AS arg_name,
+  CASE WHEN mem THEN try_cast(args."Total Allocated" AS BIGINT) END AS mem_allocated,
+  CASE WHEN mem THEN try_cast(args."Total Reserved" AS BIGINT) END AS mem_reserved,
+  CASE WHEN mem THEN try_cast(args."Addr" AS BIGINT) END AS mem_addr,
+  -- c10's DeviceType: 0 is the CPU (its Device Id is -1)
+  CASE WHEN mem THEN CASE WHEN try_cast(args."Device Type" AS INTEGER) = 0 THEN -1
+                          ELSE try_cast(args."Device Id" AS INTEGER) END END AS mem_device,
   -- warnings (per record, counted; the record excluded, except undecodable bytes outside its
   -- name and a GPU record of zero duration, which is kept as it is)
   ph = 'X' AND known AND (s IS NULL OR s <= 0 OR d IS NULL) AS no_timing,
@@ -895,7 +911,7 @@ def ingest(con: duckdb.DuckDBPyConnection, path: Path, source_id: int) -> None:
     _finish_source(con, path, source_id, _rank(meta, source_id), rank, meta, events[0], warn, other)
 
 
-_TABLES = ("kernels", "memops", "api_calls", "cpu_ops", "cuda_syncs")
+_TABLES = ("kernels", "memops", "api_calls", "cpu_ops", "cuda_syncs", "memory_events")
 
 
 def _discard_source(con, rank: int) -> None:
@@ -961,6 +977,11 @@ def _insert_stage(con, rank: int, warn: dict[str, int], other: dict[str, int]) -
                     WHEN cat = 'python_function' THEN 'python' ELSE 'annotation' END,
                name, {rank}, pid, tid, start_ns, start_ns + dur_ns, dur_ns, ext, input_dims
         FROM _stage WHERE dest = 'host'
+    """)
+    con.execute(f"""
+        INSERT INTO memory_events
+        SELECT {rank}, mem_device, pid, tid, start_ns, mem_allocated, mem_reserved, mem_addr
+        FROM _stage WHERE dest = 'memory'
     """)
     con.execute(f"""
         INSERT INTO cuda_syncs

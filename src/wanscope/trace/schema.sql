@@ -92,6 +92,17 @@ CREATE TABLE cuda_syncs (
   pid BIGINT                    -- -: host process
 );
 
+CREATE TABLE memory_events (
+  rank INTEGER,                 -- -: distributed rank
+  device INTEGER,               -- -: GPU index, -1 for the CPU's memory
+  pid BIGINT,                   -- -: host process
+  tid BIGINT,                   -- -: host thread that allocated or freed
+  ts_ns BIGINT,                 -- ns: when, on the host clock (rows in the trace's order)
+  total_allocated BIGINT,       -- bytes: the allocator's allocated total after the event (its change since the device's previous event is what the event allocated or freed)
+  total_reserved BIGINT,        -- bytes: the allocator's reserved total after the event (caching allocator)
+  addr BIGINT                   -- -: the block's address (an allocation and its free share it)
+);
+
 CREATE TABLE devices (
   rank INTEGER,                 -- -: distributed rank
   device INTEGER,               -- -: GPU index

@@ -1,0 +1,92 @@
+"""Memory from PyTorch's memory events, on traces recorded here with plain torch.profiler
+(``profile_memory=True``): a program holds three 64 MiB tensors at once, then frees them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from wanscope.analysis.summary import analyze
+from wanscope.trace import open_traces
+
+torch = pytest.importorskip("torch")
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    path = tmp_path_factory.mktemp("memory") / "trace.json"
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
+        held = [torch.ones(16 * MIB) for _ in range(3)]  # 3 x 64 MiB of float32
+        del held
+        torch.randn(8, 8) @ torch.randn(8, 8)
+    prof.export_chrome_trace(str(path))
+    return path
+
+
+def test_the_peak_is_the_tensors_held_at_once(recorded):
+    (m,) = analyze(open_traces([recorded]))["memory"]
+    assert (m["rank"], m["device"]) == (0, -1)  # the CPU
+    events = json.loads(recorded.read_text())["traceEvents"]
+    memory = sorted((e for e in events if e["name"] == "[memory]"), key=lambda e: e["ts"])
+    # the CPU allocator rounds nothing: three blocks of 64 MiB over what was allocated before
+    # the first of them (the first event)
+    baseline = memory[0]["args"]["Total Allocated"] - memory[0]["args"]["Bytes"]
+    assert memory[0]["args"]["Bytes"] == 64 * MIB and m["peak_allocated_bytes"] - baseline == 192 * MIB
+    assert m["at_peak"][0] == {"name": "aten::ones", "bytes": 192 * MIB, "blocks": 3}
+    assert [m["peak_ns"], m["peak_allocated_bytes"]] in [p[:2] for p in m["timeline"]]
+    assert m["events"] == len(memory)
+    assert m["peak_allocated_bytes"] == max(e["args"]["Total Allocated"] for e in memory)
+
+
+def test_a_trace_without_memory_events_says_so(tmp_path):
+    path = tmp_path / "t.json"
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch.randn(8, 8) @ torch.randn(8, 8)
+    prof.export_chrome_trace(str(path))
+    doc = analyze(open_traces([path]))
+    assert doc["memory"] == []
+    assert (
+        "no memory events in the trace: record them with torch.profiler's profile_memory=True "
+        "(wanscope profile --memory) for peak memory and what holds it" in doc["notes"]
+    )
+
+
+def test_a_free_pairs_with_its_allocation_by_address(tmp_path):
+    """Built here: two blocks at addresses 1 and 2 (10 and 20 bytes), 1 freed before the peak
+    (30 = 20 + 10 allocated at address 1 again), then everything freed."""
+
+    def mem(ts, total, addr):
+        args = {"Total Allocated": total, "Total Reserved": 64, "Addr": addr, "Device Type": 1, "Device Id": 0}
+        return {
+            "ph": "i",
+            "cat": "cpu_instant_event",
+            "s": "t",
+            "name": "[memory]",
+            "pid": 1,
+            "tid": 1,
+            "ts": ts,
+            "args": args,
+        }
+
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": 1004, "dur": 10, "args": {}}
+    events = [
+        op,
+        mem(1000, 10, 1),
+        mem(1005, 30, 2),
+        mem(1010, 20, 1),
+        mem(1012, 30, 1),
+        mem(1020, 10, 2),
+        mem(1030, 0, 1),
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    (m,) = analyze(open_traces([path]))["memory"]
+    assert (m["device"], m["peak_allocated_bytes"], m["peak_ns"], m["peak_reserved_bytes"]) == (0, 30, 1_005_000, 64)
+    # at the first peak (1005): block 1 (10 bytes, outside any op) and block 2 (20, in aten::empty)
+    assert m["at_peak"] == [
+        {"name": "aten::empty", "bytes": 20, "blocks": 1},
+        {"name": "(no op)", "bytes": 10, "blocks": 1},
+    ]

@@ -50,7 +50,9 @@ def main() -> None:
         for _ in range(args.runs):
             for side, src in (("base", base_src), ("this", REPO / "src")):
                 os.environ["PYTHONPATH"] = str(src)
-                runs[side].append(measure([sys.executable, "-m", "wanscope", "analyze", "--format", "json", str(native)]))
+                runs[side].append(
+                    measure([sys.executable, "-m", "wanscope", "analyze", "--format", "json", str(native)])
+                )
                 print(side, runs[side][-1], flush=True)
     median = {side: statistics.median(r["wall_s"] for r in rs) for side, rs in runs.items()}
     result = {

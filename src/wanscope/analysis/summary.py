@@ -217,17 +217,17 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         + missing_notes
         + run_notes(con)
     )
-    if not mem:
-        notes.append(
-            "no memory events in the trace: record them with torch.profiler's profile_memory=True "
-            "(wanscope profile --memory) for peak memory and what holds it"
-        )
     warns = dict(sorted({**warns, **missing}.items()))
     if not devices:
         notes.append(
             "no GPU activity: the trace holds no kernels, memcpys or memsets with valid times"
             + (" in the selected steps" if scope.step_range else "")
             + "; GPU utilization, kernels and gaps need a trace captured with CUDA activities on a GPU"
+        )
+    if not mem:
+        notes.append(
+            "no memory events in the trace: record them with torch.profiler's profile_memory=True "
+            "(wanscope profile --memory) for peak memory and what holds it"
         )
     result = {
         "schema_version": SCHEMA_VERSION,

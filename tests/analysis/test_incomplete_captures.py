@@ -8,33 +8,15 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+from synthetic_traces import PID, TID, host, launch
+from synthetic_traces import kernel as gpu_kernel
+
 from wanscope.analysis.summary import analyze
 from wanscope.trace import open_traces
 
-PID, TID = 1, 1
-
-
-def launch(name, ts, corr):
-    cat = "cuda_driver" if name.startswith("cu") and not name.startswith("cuda") else "cuda_runtime"
-    return {
-        "ph": "X",
-        "cat": cat,
-        "name": name,
-        "pid": PID,
-        "tid": TID,
-        "ts": ts,
-        "dur": 2,
-        "args": {"correlation": corr},
-    }
-
 
 def kernel(ts, corr, dur=5, name="gemm_kernel"):
-    args = {"device": 0, "stream": 7, "correlation": corr}
-    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur, "args": args}
-
-
-def op(name, ts, dur, cat="cpu_op"):
-    return {"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": TID, "ts": ts, "dur": dur, "args": {}}
+    return gpu_kernel(name, ts, dur, corr)
 
 
 def analyzed(tmp_path, events, **header):
@@ -47,7 +29,7 @@ def test_graph_launches_whose_kernels_are_missing(tmp_path):
     # 100 graph launches, each of two kernels; the kernels of 90 were dropped
     events = []
     for i in range(100):
-        events.append(launch("cudaGraphLaunch", 1000 + 100 * i, i + 1))
+        events.append(launch(1000 + 100 * i, i + 1, "cudaGraphLaunch"))
         if i < 10:
             events += [kernel(1010 + 100 * i, i + 1), kernel(1020 + 100 * i, i + 1)]
     doc, _ = analyzed(tmp_path, events)
@@ -59,8 +41,8 @@ def test_graph_launches_whose_kernels_are_missing(tmp_path):
 
 
 def test_kernel_launches_whose_kernels_were_dropped(tmp_path):
-    events = [launch("cudaLaunchKernel", 1000 + 10 * i, i + 1) for i in range(5)]
-    events += [launch("cuLaunchKernelEx", 1100, 6), kernel(1200, 6)]
+    events = [launch(1000 + 10 * i, i + 1, "cudaLaunchKernel") for i in range(5)]
+    events += [launch(1100, 6, "cuLaunchKernelEx"), kernel(1200, 6)]
     events += [kernel(1010 + 10 * i, i + 1) for i in range(3)]  # 3 of the 5 runtime launches
     doc, _ = analyzed(tmp_path, events)
     assert doc["warnings"] == {"launch_without_kernel": 2}
@@ -71,8 +53,8 @@ def test_kernel_launches_whose_kernels_were_dropped(tmp_path):
 
 
 def test_launches_without_any_kernel_record(tmp_path):
-    events = [launch("cudaLaunchKernel", 1000 + 10 * i, i + 1) for i in range(4)]
-    events.append(launch("cudaGraphLaunch", 1100, 5))
+    events = [launch(1000 + 10 * i, i + 1, "cudaLaunchKernel") for i in range(4)]
+    events.append(launch(1100, 5, "cudaGraphLaunch"))
     doc, _ = analyzed(tmp_path, events)
     assert doc["warnings"] == {"no_kernel_records": 5}
     assert any(
@@ -83,13 +65,13 @@ def test_launches_without_any_kernel_record(tmp_path):
 
 def test_steps_without_gpu_records(tmp_path):
     events = [
-        op("ProfilerStep#1", 1000, 100, "user_annotation"),
-        launch("cudaLaunchKernel", 1010, 1),
+        host("ProfilerStep#1", 1000, 100, "user_annotation"),
+        launch(1010, 1, "cudaLaunchKernel"),
         kernel(1020, 1),
-        op("ProfilerStep#2", 1200, 100, "user_annotation"),  # host work only
-        op("aten::add", 1210, 20),
-        op("ProfilerStep#3", 1400, 100, "user_annotation"),
-        launch("cudaLaunchKernel", 1410, 2),
+        host("ProfilerStep#2", 1200, 100, "user_annotation"),  # host work only
+        host("aten::add", 1210, 20),
+        host("ProfilerStep#3", 1400, 100, "user_annotation"),
+        launch(1410, 2, "cudaLaunchKernel"),
         kernel(1420, 2),
     ]
     doc, _ = analyzed(tmp_path, events)
@@ -102,12 +84,12 @@ def test_steps_without_gpu_records(tmp_path):
 
 
 def test_a_cpu_only_trace_has_no_step_warning(tmp_path):
-    doc, _ = analyzed(tmp_path, [op("ProfilerStep#1", 1000, 100, "user_annotation"), op("aten::add", 1010, 20)])
+    doc, _ = analyzed(tmp_path, [host("ProfilerStep#1", 1000, 100, "user_annotation"), host("aten::add", 1010, 20)])
     assert doc["warnings"] == {} and doc["devices"] == []
 
 
 def test_with_stack_but_no_python_frames(tmp_path):
-    events = [op("aten::mm", 1000, 50), launch("cudaLaunchKernel", 1010, 1), kernel(1020, 1)]
+    events = [host("aten::mm", 1000, 50), launch(1010, 1, "cudaLaunchKernel"), kernel(1020, 1)]
     doc, path = analyzed(tmp_path, events, with_stack=1)
     assert doc["warnings"] == {"stack_without_python_frames": 1}
     assert (

@@ -42,9 +42,8 @@ def main() -> None:
     args = ap.parse_args()
     base_src = args.base_src.resolve()
     with tempfile.TemporaryDirectory(prefix="wanscope-ab-") as tmp:
-        native, lines = Path(tmp) / "trace.json", Path(tmp) / "lines.json"
-        size = build(native, lines, args.copies)
-        lines.unlink()  # only the native layout is timed here
+        native = Path(tmp) / "trace.json"
+        size = build(native, None, args.copies)  # only the native layout is timed here
         os.sync()
         runs: dict[str, list[dict]] = {"base": [], "this": []}
         for _ in range(args.runs):

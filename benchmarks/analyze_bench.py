@@ -32,8 +32,9 @@ from wanscope.data import default_trace
 _FIELD = re.compile(rb'"(ts|External id|correlation|id|Python id|Python parent id|Ev Idx)": (-?\d+)(\.\d+)?')
 
 
-def build(out_native: Path, out_lines: Path, copies: int) -> int:
-    """Write both layouts; return the size of the native file in bytes."""
+def build(out_native: Path, out_lines: Path | None, copies: int) -> int:
+    """Write both layouts (the native one alone where ``out_lines`` is None); return the size of
+    the native file in bytes."""
     text = gzip.decompress(default_trace().read_bytes())
     head_end = text.index(b'"traceEvents": [') + len(b'"traceEvents": [')
     body_end = text.rindex(b"\n  ]")
@@ -41,7 +42,7 @@ def build(out_native: Path, out_lines: Path, copies: int) -> int:
     span_us = 700_000  # longer than the trace (615 ms), so copies follow each other
     id_step = 10_000_000
     blocks = body.split(b"\n  {")[1:]
-    with open(out_native, "wb") as nat, open(out_lines, "wb") as lin:
+    with open(out_native, "wb") as nat, open(out_lines or os.devnull, "wb") as lin:
         nat.write(header)
         lin.write(b'{"traceEvents": [')
         for k in range(copies):
@@ -55,6 +56,8 @@ def build(out_native: Path, out_lines: Path, copies: int) -> int:
             if k:
                 nat.write(b",")
             nat.write(shifted.rstrip().rstrip(b","))
+            if out_lines is None:
+                continue
             for i, block in enumerate(shifted.split(b"\n  {")[1:]):
                 line = b"{" + re.sub(rb"\s*\n\s*", b" ", block).rstrip().rstrip(b",")
                 lin.write((b"\n" if (k == 0 and i == 0) else b",\n") + line)

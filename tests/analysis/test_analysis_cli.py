@@ -8,15 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_context import run_main
+from cli_context import run_main as run_cli
 from shared_fixtures import HANG_S, REPO, shared_fixture
 
 H200 = "kineto/h200_diffusers_wan21_1p3b_eager_forward.json.gz"
 EMBEDDED = REPO / "src" / "wanscope" / "data" / "h200_diffusers_wan21_1p3b_eager_forward.json.gz"
-
-
-def run_cli(*args):
-    return run_main(*args)
 
 
 def test_analyze_default_names_the_embedded_trace():

@@ -9,12 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_context import run_main
+from cli_context import run_main as run_cli
 from synthetic_traces import base_and_new, cpu_base_and_new, kernel, launch, write_trace
-
-
-def run_cli(*args):
-    return run_main(*args)
 
 
 @pytest.fixture(scope="module")

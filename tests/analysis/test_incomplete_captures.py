@@ -8,7 +8,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from synthetic_traces import PID, TID, host, launch
+from synthetic_traces import host, launch
 from synthetic_traces import kernel as gpu_kernel
 
 from wanscope.analysis.summary import analyze
@@ -96,8 +96,7 @@ def test_with_stack_but_no_python_frames(tmp_path):
         f"{path}: its header says with_stack, but it holds no Python frame: the call stacks are aten ops and "
         "annotations only (warnings: stack_without_python_frames)" in doc["notes"]
     )
-    frame = {"ph": "X", "cat": "python_function", "name": "train.py(3): step", "pid": PID, "tid": TID, "ts": 990}
-    doc, _ = analyzed(tmp_path, [{**frame, "dur": 80, "args": {}}, *events], with_stack=1)
+    doc, _ = analyzed(tmp_path, [host("train.py(3): step", 990, 80, "python_function"), *events], with_stack=1)
     assert doc["warnings"] == {}
 
 

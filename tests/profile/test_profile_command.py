@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wanscope.cli import main
+from cli_context import run_main
 
 # The user's own sitecustomize: it must still run under ours, and it hides wanscope from the
 # profiled program (only there: WANSCOPE_PROFILE is set in the program's environment alone).
@@ -290,13 +290,12 @@ with torch.profiler.profile() as prof:
         (["--step-rule", "none", "--delay", "nan"], None, "--delay must be a finite number of seconds >= 0, got nan"),
     ],
 )
-def test_refusals_before_anything_runs(tmp_path, capsys, monkeypatch, args, command, message):
-    monkeypatch.chdir(tmp_path)
-    argv = ["profile", "--out", str(tmp_path / "out"), *args, "--"]
-    with pytest.raises(SystemExit) as e:
-        main([*argv, *(command or [sys.executable, "-c", "import sys; open('ran', 'w')"])])
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and err.startswith(f"wanscope: error: {message}") and err.count("\n") == 1, err
+def test_refusals_before_anything_runs(tmp_path, args, command, message):
+    argv = ["profile", "--out", tmp_path / "out", *args, "--"]
+    r = run_main(*argv, *(command or [sys.executable, "-c", "import sys; open('ran', 'w')"]), cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith(f"wanscope: error: {message}") and r.stderr.count("\n") == 1, (
+        r.stderr
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -311,11 +310,9 @@ def test_a_program_with_its_own_profiler_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("option", [["--step-rule", "optimizer"], ["--delay", "1"], ["--duration", "1"]])
-def test_command_options_without_a_command_are_refused(tmp_path, capsys, monkeypatch, option):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as e:
-        main(["profile", *option])
-    assert (e.value.code, capsys.readouterr().err) == (
+def test_command_options_without_a_command_are_refused(tmp_path, option):
+    r = run_main("profile", *option, cwd=tmp_path)
+    assert (r.returncode, r.stderr) == (
         2,
         f"wanscope: error: {option[0]} applies to a COMMAND (wanscope profile [OPTIONS] -- COMMAND)\n",
     )

@@ -8,7 +8,7 @@ import sqlite3
 
 import duckdb
 import pytest
-from cli_context import run_main
+from cli_context import run_main as run_cli
 from shared_fixtures import shared_fixture
 
 from wanscope.errors import InputError
@@ -17,10 +17,6 @@ from wanscope.stats.report import NoDataError
 from wanscope.trace import load, nsys
 
 FIXTURE = "nsys/nsightful_power_iteration__baseline.sqlite"
-
-
-def run_cli(*args):
-    return run_main(*args)
 
 
 def assert_one_line_error(result, *words):

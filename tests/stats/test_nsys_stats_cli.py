@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import json
 
-from cli_context import run_main
+from cli_context import run_main as run_cli
 from shared_fixtures import shared_fixture
-
-
-def run_cli(*args):
-    return run_main(*args)
 
 
 def test_csv_matches_nsys_file_for_gaps():

@@ -5,7 +5,7 @@ import gzip
 import json
 
 import pytest
-from cli_context import run_main
+from cli_context import run_main as run_cli
 
 from wanscope.analysis.summary import analyze
 from wanscope.trace import open_traces
@@ -44,10 +44,6 @@ def write_native(path, events):
         inner = ",\n    ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in e.items())
         blocks.append("  {\n    " + inner + "\n  }")
     path.write_text('{\n  "schemaVersion": 1,\n  "traceEvents": [\n' + ",\n".join(blocks) + "\n  ]\n}\n")
-
-
-def run_cli(*args):
-    return run_main(*args)
 
 
 def test_per_record_problems_are_counted_and_excluded(tmp_path):

@@ -86,8 +86,7 @@ def _launch_findings(con) -> tuple[dict[str, int], list[str]]:
     return warns, notes
 
 
-def _steps_without_gpu(con, steps: list[dict], devices: list[dict]) -> tuple[dict[str, int], list[str]]:
-    gpu_ranks = {d["rank"] for d in devices}
+def _steps_without_gpu(steps: list[dict], gpu_ranks: set[int]) -> tuple[dict[str, int], list[str]]:
     empty = [s for s in steps if s["rank"] in gpu_ranks and s["gpu_dur_ns"] is None]
     if not empty:
         return {}, []
@@ -130,12 +129,13 @@ def graph_trace_note(warns: dict[str, int]) -> list[str]:
     ]
 
 
-def completeness(con, steps: list[dict], devices: list[dict]) -> tuple[dict, list]:
-    """The findings above, over the whole capture whatever the step range (what is missing is
-    missing from the capture): (warnings by kind, notes). ``steps`` and ``devices``: ``analyze``'s."""
+def completeness(con, steps: list[dict], gpu_ranks: set[int]) -> tuple[dict, list]:
+    """The findings above: (warnings by kind, notes). The launches and frames over the whole
+    capture; the steps those in scope (``analyze``'s ``steps``), of the ``gpu_ranks`` (ranks
+    with GPU activity anywhere in the trace)."""
     warns: dict[str, int] = {}
     notes: list[str] = []
-    for w, n in (_launch_findings(con), _steps_without_gpu(con, steps, devices), _stacks_without_frames(con)):
+    for w, n in (_launch_findings(con), _steps_without_gpu(steps, gpu_ranks), _stacks_without_frames(con)):
         warns.update(w)
         notes += n
     return warns, notes

@@ -2,10 +2,9 @@
 
 Definitions (all per (rank, device), over the kernels in scope):
 
-- **Communication kernels**: category ``communication`` (names containing ``nccl``, e.g.
-  ``ncclDevKernel_AllGather_RING_LL`` or ``ncclKernel_SendRecv_*``, or ``symmetric_memory``:
-  torch's symmetric-memory barrier kernel); every other kernel is
-  **compute**. Memory operations are neither.
+- **Communication kernels**: category ``communication`` (``categories.csv``: NCCL and RCCL,
+  e.g. ``ncclDevKernel_AllGather_RING_LL``, torch's symmetric-memory kernels, custom
+  all-reduces); every other kernel is **compute**. Memory operations are neither.
 - ``communication_ns``: the plain sum of communication kernel durations;
   ``communication_busy_ns``: the length of their union (streams merged).
 - ``overlap_ns``: the length of the intersection of the communication union with the compute
@@ -150,7 +149,8 @@ def rank_count(con) -> int:
     ).fetchone()[0]
 
 
-def rank_summary(con, scope: Scope) -> dict:
-    """The ``ranks`` section of ``analyze``: ``communication`` (``communication()``) and
-    ``steps`` (``slowest_ranks()``)."""
-    return {"communication": communication(con, scope), "steps": slowest_ranks(con, scope)}
+def rank_summary(con, scope: Scope, communication_rows: list[dict] | None = None) -> dict:
+    """The ``ranks`` section of ``analyze``: ``communication`` (``communication()``, or the
+    rows given, which ``analyze`` has already queried) and ``steps`` (``slowest_ranks()``)."""
+    rows = communication(con, scope) if communication_rows is None else communication_rows
+    return {"communication": rows, "steps": slowest_ranks(con, scope)}

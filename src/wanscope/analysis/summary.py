@@ -148,16 +148,13 @@ def run_notes(con) -> list[str]:
     return notes
 
 
-def device_communication(con, scope: Scope, cats: dict) -> dict:
+def device_communication(rows: list[dict]) -> dict:
     """(rank, device) -> its communication kernels against its compute (``ranks.communication``'s
-    fields but ``rank`` and ``device``), for each device that ran communication kernels, with one
-    rank as with several (as HTA reports per rank). Queried only where ``cats`` (``categories``)
-    has communication, so a trace without it pays nothing."""
-    if not any(row["category"] == "communication" for rows in cats.values() for row in rows):
-        return {}
+    ``rows`` without ``rank`` and ``device``), for each device that ran communication kernels,
+    with one rank as with several (as HTA reports per rank)."""
     return {
         (r["rank"], r["device"]): {k: v for k, v in r.items() if k not in ("rank", "device")}
-        for r in communication(con, scope)
+        for r in rows
         if r["communication_count"]
     }
 
@@ -191,7 +188,11 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
     fused = fused_kernels(con, scope)
     empty_gaps = {"count": 0, "total_ns": 0, "histogram": {}, "largest": []}
     source_of = source_of_rank(con)
-    comm = device_communication(con, scope, cats)
+    several = rank_count(con) > 1
+    # queried where the ranks section needs it or a device ran communication kernels
+    has_comm = any(row["category"] == "communication" for rows in cats.values() for row in rows)
+    comm_rows = communication(con, scope) if several or has_comm else []
+    comm = device_communication(comm_rows)
     for d in devices:
         key = (d["rank"], d["device"])
         d["source"] = source_of.get(d["rank"])
@@ -206,7 +207,7 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
     srcs = sources(con)
     warns = warnings(con)
     steps = step_times(con, scope)
-    missing, missing_notes = completeness(con, steps, devices)
+    missing, missing_notes = completeness(con, steps, gpu_ranks)
     mem = memory(con, top)
     notes = (
         rank_notes(srcs)
@@ -239,6 +240,6 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         "memory": mem,
         "notes": notes,
     }
-    if rank_count(con) > 1:
-        result["ranks"] = rank_summary(con, scope)
+    if several:
+        result["ranks"] = rank_summary(con, scope, comm_rows)
     return result

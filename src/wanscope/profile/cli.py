@@ -21,7 +21,7 @@ import click
 
 from wanscope.errors import UsageError
 from wanscope.profile import options as defaults
-from wanscope.profile.command import STEP_RULES
+from wanscope.profile.command import ENGINE_ONLY, STEP_RULES, Window
 from wanscope.wan import cli_options as opt
 from wanscope.wan.options import RANDOM_NOTE, require_engine
 
@@ -159,11 +159,7 @@ def profile(
     under torchrun: trace-rank{r}.json.gz per rank, one report of all ranks from rank 0.
     """
     if command:
-        from wanscope.profile.command import ENGINE_ONLY
-
         given = [f"--{name.rstrip('_').replace('_', '-')}" for name in ENGINE_ONLY if _given(ctx, name)]
-        from wanscope.profile.command import Window
-
         window = Window(warmup, profile_steps, step_rule, memory, delay, duration)
         profile_command(list(command), out_dir, window, given, nsys, ncu)
         return
@@ -348,8 +344,8 @@ def profile_command(argv, out_dir: Path, window, given, nsys: bool, ncu) -> None
     status = cmd.exit_status(result.exit_code)
     if not result.traces:
         why = f"it exited with status {status}" if status else "it never imported torch"
-        if not status and window.delay is not None:
-            why = f"it ended before --delay {window.delay:g} s, or never imported torch"
+        if not status and window.start_s:
+            why = f"it ended before --delay {window.start_s:g} s, or never imported torch"
         click.echo(f"wanscope: error: {argv[0]} left no trace to analyze: {why}", err=True)
         sys.exit(status or 2)
     if status:

@@ -65,6 +65,11 @@ class Window:
     delay: float | None = None
     duration: float | None = None
 
+    @property
+    def start_s(self) -> float | None:
+        """Where the time window starts (``--duration`` alone: at 0), None without one."""
+        return None if self.delay is None and self.duration is None else self.delay or 0.0
+
     def settings(self) -> dict:
         """The bootstrap's settings for this window (``_wanscope_boot`` reads them)."""
         return {
@@ -72,7 +77,7 @@ class Window:
             "profile_steps": self.profile_steps,
             "step_rule": self.step_rule,
             "memory": self.memory,
-            "delay": None if self.delay is None and self.duration is None else self.delay or 0.0,
+            "delay": self.start_s,
             "duration": self.duration,
         }
 
@@ -210,15 +215,14 @@ def run_object(argv: list[str], result: CommandRun, window: Window, capture: str
     profiled = [r for r in result.records if r.get("trace")] or result.records
     first = profiled[0] if profiled else {}
     found = first.get("step_rule")
-    settings = window.settings()
-    timed = settings["delay"] is not None
+    timed = window.start_s is not None
     return {
         "command": argv,
         "cwd": os.getcwd(),
         "step_rule": found or "none",
         "step_rule_asked": window.step_rule,
         "rules_tried": list(AUTO_ORDER) if window.step_rule == "auto" else [window.step_rule],
-        "time_window": {"delay_s": settings["delay"], "duration_s": window.duration} if timed else None,
+        "time_window": {"delay_s": window.start_s, "duration_s": window.duration} if timed else None,
         "exit_code": result.exit_code,
         "capture": capture,
         "warmup_steps": window.warmup if found else 0,
@@ -269,9 +273,10 @@ def title(run: dict) -> str:
     if len(text) > 80:
         text = text[:77] + "..."
     steps = run["profiled_steps"]
-    where = f"steps {steps[0]}-{steps[-1]} ({run['step_rule']} rule)" if steps else "the whole run"
-    if run["time_window"]:
-        where = "a time window"
+    if steps:
+        where = f"steps {steps[0]}-{steps[-1]} ({run['step_rule']} rule)"
+    else:
+        where = "a time window" if run["time_window"] else "the whole run"
     return f"wanscope profile: {text}, {where}"
 
 

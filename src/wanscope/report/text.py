@@ -14,7 +14,8 @@ DEFINITIONS = (
     "pct = share of summed kernel time; idle gap = hole in the busy union, ended by next_op."
 )
 RANKS_DEFINITIONS = (
-    "Ranks: communication = kernels of the communication category (nccl*, symmetric_memory); overlap = time in which "
+    "Ranks: communication = kernels of the communication category (NCCL, RCCL, symmetric memory, custom all-reduces); "
+    "overlap = time in which "
     "communication and compute kernels ran together on the device; exposed = communication with no "
     "compute beside it; work = step time - exposed communication; the slowest rank of a step has the most work "
     "(the others wait for it inside their collectives)."

@@ -183,7 +183,10 @@ WITH raw AS (
          try_cast(args.correlation AS BIGINT) AS corr, try_cast(args."External id" AS BIGINT) AS ext,
          coalesce(ph = 'X' AND name IS NOT NULL AND s > 0 AND s <= {_BIG} AND d <= {_BIG}
                   AND s + d <= {_BIG}, false) AS valid,
-         coalesce(ph = 'i' AND name = '[memory]' AND s > 0 AND s <= {_BIG}, false) AS mem
+         coalesce(ph = 'i' AND name = '[memory]' AND s > 0 AND s <= {_BIG}
+                  AND try_cast(args."Total Allocated" AS BIGINT) IS NOT NULL
+                  AND (try_cast(args."Device Type" AS INTEGER) = 0 OR try_cast(args."Device Id" AS INTEGER) IS NOT NULL),
+                  false) AS mem
   FROM raw
 ), flagged AS (
   SELECT *,
@@ -195,7 +198,7 @@ WITH raw AS (
 )
 SELECT
   CASE WHEN cat = 'ac2g' AND ph IN ('s', 'f') THEN 'flow'
-       WHEN mem THEN CASE WHEN try_cast(args."Total Allocated" AS BIGINT) IS NOT NULL THEN 'memory' END
+       WHEN mem THEN 'memory'
        WHEN NOT valid OR overflow OR undecodable_name THEN NULL
        WHEN gpu THEN CASE WHEN d >= 0 AND device IS NOT NULL AND stream IS NOT NULL
                           THEN CASE WHEN cat = 'kernel' THEN 'kernel' ELSE 'memop' END END

@@ -128,10 +128,8 @@ def _on_begin(k: int) -> None:
     """Step ``k`` is about to begin."""
     warmup, last = SETTINGS["warmup"], SETTINGS["warmup"] + SETTINGS["profile_steps"] - 1
     if _cuda_profiler():
-        if k == warmup and _State.torch.cuda.is_available():
-            _sync()
-            _State.torch.cuda.profiler.start()
-            _State.window = "cuda_profiler"
+        if k == warmup:
+            _start_cuda_profiler()
         return
     if _State.whole_run is not None:  # a step came: the whole-run recording is not needed
         prof, _State.whole_run = _State.whole_run, None
@@ -145,6 +143,13 @@ def _on_begin(k: int) -> None:
         if k == warmup:
             _sync()  # still in the profiler's warm-up: not recorded
         _State.window.step()
+
+
+def _start_cuda_profiler() -> None:
+    if _State.torch.cuda.is_available():
+        _sync()
+        _State.torch.cuda.profiler.start()
+        _State.window = "cuda_profiler"
 
 
 def _stop_cuda_profiler() -> None:
@@ -392,19 +397,23 @@ def _arm_time_window() -> None:
     opened = threading.Event()
 
     def handler(*_):
-        if not opened.is_set():
-            _open_time_window()
-            opened.set()
-            if duration is not None:
-                return
-        else:
-            _close_time_window()
-        signal.signal(sig, previous)
+        try:  # it runs between two of the program's operations: nothing may escape into them
+            if not opened.is_set():
+                _open_time_window()
+            else:
+                _close_window()
+        except Exception as e:  # noqa: BLE001
+            print(f"wanscope: the time window failed: {e}", file=sys.stderr)
+        if opened.is_set() or duration is None:
+            signal.signal(sig, previous)
+        opened.set()
 
     def timer():
-        # torch.profiler's start imports torch._inductor (a second or more): here, beforehand,
-        # so that the window opens on time
-        hasattr(_State.torch, "_inductor")
+        if not _cuda_profiler():  # torch.profiler's start imports it (a second or more): beforehand
+            try:
+                importlib.import_module("torch._inductor")
+            except Exception:  # noqa: BLE001 - the profiler's start will say what is wrong
+                pass
         time.sleep(max(0.0, _State.started + delay - time.monotonic()))
         signal.pthread_kill(main, sig)
         if duration is not None:
@@ -418,20 +427,20 @@ def _arm_time_window() -> None:
 
 def _open_time_window() -> None:
     if _cuda_profiler():
-        _sync()
-        _State.torch.cuda.profiler.start()
-        _State.window = "cuda_profiler"
+        _start_cuda_profiler()
     else:
         _State.window = _profiler(on_trace_ready=_export)
         _State.window.start()
 
 
-def _close_time_window() -> None:
+def _close_window() -> None:
+    """The open window, if any, ends: cudaProfilerStop, or torch.profiler's stop, which hands a
+    recording window to ``_export``."""
     if _State.window == "cuda_profiler":
         _stop_cuda_profiler()
     elif _State.window is not None:
         prof, _State.window = _State.window, None
-        prof.stop()  # torch.profiler hands the recording to _export
+        prof.stop()
 
 
 def _write_record(extra: dict) -> None:
@@ -463,13 +472,9 @@ def _at_exit() -> None:
     where no step came and no rank wrote a trace."""
     if _State.torch is None or os.getpid() != _State.pid:  # a forked worker: its parent's state
         return
-    if _State.window == "cuda_profiler":
-        _stop_cuda_profiler()
-    window, whole_run = _State.window, _State.whole_run
-    _State.window = _State.whole_run = None
+    whole_run, _State.whole_run = _State.whole_run, None
     try:
-        if window is not None:
-            window.stop()
+        _close_window()
         if whole_run is not None:
             whole_run.stop()
             if not any(n.startswith("trace-rank") for n in os.listdir(SETTINGS["out"])):

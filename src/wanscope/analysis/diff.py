@@ -16,7 +16,9 @@ every number on one side equals what ``analyze`` reports for that trace. Definit
   percentage points; ``time_change_pct`` is relative (positive = NEW slower).
 - Attention's share is the ``attention`` category's (a Triton kernel named after an
   attention op is a fused kernel, not attention: docs/design.md, "Categories").
-- Kernels appeared / disappeared / changed are matched by exact name over the whole trace.
+- Kernels appeared / disappeared / changed are matched by ``name_norm`` over the whole trace
+  (one spelling whichever tool demangled them: ``trace/names.py``), each listed by its name as
+  BASE recorded it (NEW's where BASE has none).
 """
 
 from __future__ import annotations
@@ -80,9 +82,11 @@ def trace_totals(con, label: str) -> dict:
             acc[0] += r["count"]
             acc[1] += r["total_ns"]
     out["_categories"] = cats
-    out["_kernels"] = {
-        name: [int(n), int(t)]
-        for name, n, t in con.execute("SELECT name, count(*), sum(dur_ns) FROM kernels GROUP BY name").fetchall()
+    out["_kernels"] = {  # by name_norm: [count, total_ns, a name as recorded]
+        norm: [int(n), int(t), name]
+        for norm, n, t, name in con.execute(
+            "SELECT name_norm, count(*), sum(dur_ns), min(name) FROM kernels GROUP BY name_norm"
+        ).fetchall()
     }
     return out
 
@@ -118,8 +122,8 @@ def _kernel_changes(base: dict, new: dict, top: int) -> dict:
     def side_rows(names, kernels, kernel_time):
         rows = [
             {
-                "name": k,
-                "category": categorize(k),
+                "name": kernels[k][2],
+                "category": categorize(kernels[k][2]),
                 "count": kernels[k][0],
                 "total_ns": kernels[k][1],
                 "pct": _pct(kernels[k][1], kernel_time),
@@ -136,11 +140,12 @@ def _kernel_changes(base: dict, new: dict, top: int) -> dict:
 
     changes = []
     for k in set(bk) | set(nk):
-        b, n = bk.get(k, [0, 0]), nk.get(k, [0, 0])
+        b, n = bk.get(k, [0, 0, None]), nk.get(k, [0, 0, None])
+        name = b[2] or n[2]  # as BASE recorded it, else NEW
         changes.append(
             {
-                "name": k,
-                "category": categorize(k),
+                "name": name,
+                "category": categorize(name),
                 "base_count": b[0],
                 "new_count": n[0],
                 "base_ns": b[1],

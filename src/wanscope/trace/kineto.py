@@ -956,7 +956,7 @@ def _insert_stage(con, rank: int, warn: dict[str, int], other: dict[str, int]) -
     con.execute(f"""
         INSERT INTO kernels
         SELECT {rank}, device, stream, start_ns, start_ns + dur_ns, dur_ns, name, corr, NULL,
-               grid, block, regs, smem
+               grid, block, regs, smem, NULL
         FROM _stage WHERE dest = 'kernel'
     """)
     con.execute(f"""

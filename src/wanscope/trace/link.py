@@ -2,7 +2,8 @@
 
 After all files are ingested, ``finish`` computes what depends on the whole database:
 the nesting of host ranges (``cpu_ops.id``, ``parent_id``, ``depth``), the host process
-of GPU work whose source records only the correlation id (Kineto), and the ``steps``.
+of GPU work whose source records only the correlation id (Kineto), the ``steps``, and the
+kernels' ``name_norm``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import os
 
 import duckdb
+
+from wanscope.trace.names import fill_name_norm
 
 # numpy's OpenBLAS starts threads that busy-wait; nothing here calls BLAS, and on a 2-core
 # machine they took a share of analyze's CPU that perf could see. Effective only if numpy is not
@@ -203,6 +206,7 @@ def finish(con: duckdb.DuckDBPyConnection, nest_memory_limit: str) -> None:
     con.execute(f"SET memory_limit = '{limit}'")
     con.execute(_LINK_PID_SQL)
     con.execute(_STEPS_SQL)
+    fill_name_norm(con)
 
 
 # meta key of a source: how many of its GPU records overlap the next one's start on their stream.

@@ -290,7 +290,8 @@ class _Ingest:
             "kernels",
             names,
             f"""{self.rank_sql}, device::INTEGER, stream::BIGINT, s::BIGINT, e::BIGINT, (e - s)::BIGINT, name::VARCHAR,
-                corr::BIGINT, pid::BIGINT, [grid_x, grid_y, grid_z]::INTEGER[], [block_x, block_y, block_z]::INTEGER[], regs::INTEGER, smem::BIGINT""",
+                corr::BIGINT, pid::BIGINT, [grid_x, grid_y, grid_z]::INTEGER[], [block_x, block_y, block_z]::INTEGER[], regs::INTEGER, smem::BIGINT,
+                NULL""",
             rows,
         )
 
@@ -315,7 +316,7 @@ class _Ingest:
             ["device", "stream", "s", "e", "corr", "pid", "graph"],
             f"""{self.rank_sql}, device::INTEGER, stream::BIGINT, s::BIGINT, e::BIGINT, (e - s)::BIGINT,
                 'CUDA graph ' || coalesce(graph::VARCHAR, '?') || ' (graph-level trace)', corr::BIGINT, pid::BIGINT,
-                NULL, NULL, NULL, NULL""",
+                NULL, NULL, NULL, NULL, NULL""",
             rows,
         )
 

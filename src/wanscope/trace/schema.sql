@@ -24,7 +24,8 @@ CREATE TABLE kernels (
   grid INTEGER[],               -- blocks: grid size [x, y, z]
   block INTEGER[],              -- threads: block size [x, y, z]
   registers_per_thread INTEGER, -- registers: per thread, as compiled
-  shared_mem_bytes BIGINT       -- bytes: static + dynamic shared memory per block
+  shared_mem_bytes BIGINT,      -- bytes: static + dynamic shared memory per block
+  name_norm VARCHAR             -- -: the name in one spelling whichever tool demangled it (trace/names.py), for matching across traces
 );
 
 CREATE TABLE memops (

@@ -36,3 +36,31 @@ def test_the_readme_and_docs_date_things_and_name_no_work_periods():
     for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
         hits = re.findall(r"\bsessions? \d+", path.read_text(), re.IGNORECASE)
         assert hits == [], f"{path.relative_to(REPO)}: {hits} (use dates and commits)"
+
+
+def _cells(line: str) -> tuple[str, ...]:
+    return tuple(c.strip() for c in line.strip().strip("│").split("│"))
+
+
+def test_the_analyze_excerpt_is_what_analyze_prints(monkeypatch):
+    """The README's ``$ wanscope analyze`` excerpt, line by line: its plain lines appear as
+    they are, its table rows cell by cell (rows cut with an ellipsis are left out)."""
+    from cli_context import run_main
+
+    text = (REPO / "README.md").read_text()
+    excerpt = re.search(r"```\n\$ wanscope analyze\n(.*?)```", text, re.S).group(1).splitlines()
+    monkeypatch.setenv("COLUMNS", "250")  # wide enough that no row wraps
+    r = run_main("analyze")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    rows = {_cells(line) for line in lines if line.startswith("│")}
+    checked = 0
+    for line in excerpt:
+        if line == "..." or "…" in line:
+            continue
+        if line.startswith("│"):
+            assert _cells(line) in rows, line
+        else:
+            assert line in lines, line
+        checked += 1
+    assert checked >= 4

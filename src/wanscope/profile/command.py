@@ -27,6 +27,7 @@ BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 STEP_RULES = ("auto", "marker", "diffusers", "optimizer", "none")
 AUTO_ORDER = ("marker", "diffusers", "optimizer")
 OWN_PROFILER = "own_profiler"  # _wanscope_boot.OWN_PROFILER
+INTERRUPT_GRACE_S = 10  # seconds a program gets to end after a Ctrl-C before it is killed
 TOP = "WANSCOPE_PROFILE_TOP"  # _wanscope_boot.TOP: the first process to import torch with it is the program
 # Options of the engine run that mean nothing for someone else's program.
 ENGINE_ONLY = (
@@ -191,8 +192,9 @@ def _remove_partials(out_dir: Path) -> None:
 def run_command(argv: list[str], out_dir: Path, window: Window):
     """Run the program under the bootstrap; returns a ``CommandRun``.
 
-    A Ctrl-C reaches the program too (same process group): we wait for it to end, remove what is
-    half-written, and raise KeyboardInterrupt.
+    A Ctrl-C reaches the program too (same process group, and we pass it on): we wait for it to
+    end, ``INTERRUPT_GRACE_S`` at most (or until a second Ctrl-C) before we kill it, remove what
+    is half-written, and raise KeyboardInterrupt.
     """
     env = child_env(out_dir, window)
     for stale in [out_dir / "trace.json.gz", *out_dir.glob("trace-rank*.json.gz")]:
@@ -202,7 +204,11 @@ def run_command(argv: list[str], out_dir: Path, window: Window):
         code = proc.wait()
     except KeyboardInterrupt:
         proc.send_signal(signal.SIGINT)
-        proc.wait()
+        try:
+            proc.wait(timeout=INTERRUPT_GRACE_S)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):  # it hangs, or a second Ctrl-C
+            proc.kill()
+            proc.wait()
         _remove_partials(out_dir)
         raise
     records = _collect(out_dir)

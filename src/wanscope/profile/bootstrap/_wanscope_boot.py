@@ -392,6 +392,14 @@ def _arm_time_window() -> None:
     (to the end where null): a timer thread signals the main thread at each end, the second
     once the window is open."""
     delay, duration = SETTINGS["delay"], SETTINGS.get("duration")
+    if not _cuda_profiler():
+        # torch.profiler's start imports torch._inductor (a second or more): here, in the main
+        # thread, so that the handler imports nothing (an import there, or in a thread beside
+        # the program's own, can deadlock on the import locks) and the window opens on time
+        try:
+            importlib.import_module("torch._inductor")
+        except Exception:  # noqa: BLE001 - the profiler's start will say what is wrong
+            pass
     sig = _signal()
     main = threading.main_thread().ident
     opened = threading.Event()
@@ -409,11 +417,6 @@ def _arm_time_window() -> None:
         opened.set()
 
     def timer():
-        if not _cuda_profiler():  # torch.profiler's start imports it (a second or more): beforehand
-            try:
-                importlib.import_module("torch._inductor")
-            except Exception:  # noqa: BLE001 - the profiler's start will say what is wrong
-                pass
         time.sleep(max(0.0, _State.started + delay - time.monotonic()))
         signal.pthread_kill(main, sig)
         if duration is not None:

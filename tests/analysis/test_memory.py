@@ -90,3 +90,19 @@ def test_a_free_pairs_with_its_allocation_by_address(tmp_path):
         {"name": "aten::empty", "bytes": 20, "blocks": 1},
         {"name": "(no op)", "bytes": 10, "blocks": 1},
     ]
+
+
+def test_memory_events_without_a_usable_total_or_device_are_counted(tmp_path):
+    def mem(ts, total, device=0):
+        args = {"Total Allocated": total, "Total Reserved": 0, "Addr": 1, "Device Type": 1, "Device Id": device}
+        return {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts, "args": args}
+
+    big = 2**63 - 1
+    events = [mem(1000, 10), mem(1001, -5), mem(1002, "abc"), mem(1003, 20, device=-5), mem(1004, big), mem(1005, 0)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    doc = analyze(open_traces([path]))
+    assert doc["warnings"] == {"malformed_event": 3}
+    (m,) = doc["memory"]
+    # the largest total, and the changes between totals as wide as they come without overflow
+    assert (m["events"], m["peak_allocated_bytes"]) == (3, big)

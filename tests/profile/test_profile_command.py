@@ -285,9 +285,22 @@ with torch.profiler.profile() as prof:
         (["--warmup", "0"], None, "--warmup must be >= 1 with a COMMAND"),
         (["--ncu", "attn("], None, "--ncu 'attn(': not a regular expression (missing ), unterminated subpattern"),
         (["--delay", "1"], None, "--delay sets the time window of --step-rule none; add --step-rule none"),
-        (["--step-rule", "none", "--duration", "0"], None, "--duration must be a finite number of seconds > 0, got 0"),
-        (["--step-rule", "none", "--delay", "-1"], None, "--delay must be a finite number of seconds >= 0, got -1"),
-        (["--step-rule", "none", "--delay", "nan"], None, "--delay must be a finite number of seconds >= 0, got nan"),
+        (["--step-rule", "none", "--duration", "0"], None, "--duration must be a number of seconds > 0 and at most"),
+        (
+            ["--step-rule", "none", "--delay", "-1"],
+            None,
+            "--delay must be a number of seconds >= 0 and at most 1e+07, got -1",
+        ),
+        (
+            ["--step-rule", "none", "--delay", "nan"],
+            None,
+            "--delay must be a number of seconds >= 0 and at most 1e+07, got nan",
+        ),
+        (
+            ["--step-rule", "none", "--duration", "1e308"],
+            None,
+            "--duration must be a number of seconds > 0 and at most 1e+07",
+        ),
     ],
 )
 def test_refusals_before_anything_runs(tmp_path, args, command, message):

@@ -24,7 +24,7 @@ TIMELINE_POINTS = 200
 
 _LIVE_AT_PEAK_SQL = """
 WITH d AS (
-  SELECT *, rowid AS seq, total_allocated - lag(total_allocated) OVER (ORDER BY ts_ns, rowid) AS bytes
+  SELECT *, rowid AS seq, total_allocated::HUGEINT - lag(total_allocated) OVER (ORDER BY ts_ns, rowid) AS bytes
   FROM memory_events WHERE rank = $rank AND device = $device
 ), e AS (
   SELECT *, lead(bytes) OVER w AS next_bytes, lead(ts_ns) OVER w AS next_ns

@@ -148,15 +148,18 @@ def check_command(argv: list[str], given: list[str], window: Window, ncu: str | 
         raise InputError(Path(argv[0]), why)
 
 
+MAX_WINDOW_S = 10**7  # seconds (about 116 days): the timer's sleep takes no more
+
+
 def _check_time_window(window: Window) -> None:
     for name, value, positive in (("--delay", window.delay, False), ("--duration", window.duration, True)):
         if value is None:
             continue
         if window.step_rule != "none":
             raise UsageError(f"{name} sets the time window of --step-rule none; add --step-rule none")
-        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        if not math.isfinite(value) or value < 0 or (positive and value == 0) or value > MAX_WINDOW_S:
             bound = "> 0" if positive else ">= 0"
-            raise UsageError(f"{name} must be a finite number of seconds {bound}, got {value:g}")
+            raise UsageError(f"{name} must be a number of seconds {bound} and at most {MAX_WINDOW_S:g}, got {value:g}")
 
 
 def child_env(out_dir: Path, window: Window, tool: str = "torch.profiler") -> dict[str, str]:

@@ -183,9 +183,11 @@ WITH raw AS (
          try_cast(args.correlation AS BIGINT) AS corr, try_cast(args."External id" AS BIGINT) AS ext,
          coalesce(ph = 'X' AND name IS NOT NULL AND s > 0 AND s <= {_BIG} AND d <= {_BIG}
                   AND s + d <= {_BIG}, false) AS valid,
+         coalesce(ph = 'i' AND name = '[memory]', false) AS mem_event,
          coalesce(ph = 'i' AND name = '[memory]' AND s > 0 AND s <= {_BIG}
-                  AND try_cast(args."Total Allocated" AS BIGINT) IS NOT NULL
-                  AND (try_cast(args."Device Type" AS INTEGER) = 0 OR try_cast(args."Device Id" AS INTEGER) IS NOT NULL),
+                  AND try_cast(args."Total Allocated" AS BIGINT) >= 0
+                  AND coalesce(try_cast(args."Total Reserved" AS BIGINT), 0) >= 0
+                  AND (try_cast(args."Device Type" AS INTEGER) = 0 OR try_cast(args."Device Id" AS INTEGER) >= 0),
                   false) AS mem
   FROM raw
 ), flagged AS (
@@ -230,7 +232,7 @@ SELECT
   gpu AND valid AND d = 0 AND device IS NOT NULL AND stream IS NOT NULL AND NOT overflow
       AND NOT undecodable_name AS zero_duration,
   ph = 'X' AND known AND s > 0 AND d < 0 AS end_before_start,
-  ph IS NULL OR (ph = 'X' AND known AND name IS NULL)
+  ph IS NULL OR (ph = 'X' AND known AND name IS NULL) OR (mem_event AND NOT mem)
      OR (ph = 'X' AND gpu AND name IS NOT NULL AND s > 0 AND d >= 0 AND s + d <= {_BIG}
          AND (device IS NULL OR stream IS NULL)) AS malformed_event,
   ph = 'X' AND cat IS NOT NULL AND NOT known AND cat NOT IN ({_IGNORED}) AND cat NOT IN ({_OTHER})

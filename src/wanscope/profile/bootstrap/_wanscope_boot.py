@@ -125,7 +125,9 @@ def _nvtx() -> bool:
 
 
 def _on_begin(k: int) -> None:
-    """Step ``k`` is about to begin."""
+    """Step ``k`` is about to begin (in the main thread only: torch.profiler starts there)."""
+    if _State.pid is None or threading.current_thread() is not threading.main_thread():
+        return
     warmup, last = SETTINGS["warmup"], SETTINGS["warmup"] + SETTINGS["profile_steps"] - 1
     if _cuda_profiler():
         if k == warmup:
@@ -370,6 +372,12 @@ def _on_torch(torch) -> None:
         return out
 
     record_function.__enter__, record_function.__exit__ = rf_enter, rf_exit
+    if threading.current_thread() is not threading.main_thread():
+        # torch imported in a thread of the program: torch.profiler (and a signal handler)
+        # start from the main thread alone; this process is not profiled
+        _State.top = False
+        _State.pid = None
+        return
     if _State.top and SETTINGS.get("delay") is not None:
         _arm_time_window()
     elif _State.top and not _cuda_profiler():
@@ -432,7 +440,9 @@ def _open_time_window() -> None:
     if _cuda_profiler():
         _start_cuda_profiler()
     else:
-        _State.window = _profiler(on_trace_ready=_export)
+        # no Python stacks: stopping torch.profiler's Python tracer from a signal handler, which
+        # can run inside the tracer's own callback, hangs it
+        _State.window = _profiler(stacks=False, on_trace_ready=_export)
         _State.window.start()
 
 

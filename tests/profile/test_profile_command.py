@@ -500,3 +500,17 @@ def test_ctrl_c_stops_the_program_and_leaves_no_half_written_file(tmp_path):
     if left:
         with gzip.open(out / "trace.json.gz") as f:
             assert any(e["name"] == "wanscope/step#1" for e in json.load(f)["traceEvents"] if e.get("ph") == "X")
+
+
+@pytest.mark.parametrize(
+    "program, args, why",
+    [
+        ("print('no torch here')", [], "it never imported torch (in its main thread)"),
+        ("import torch", ["--step-rule", "none", "--delay", "30"], "it ended before --delay 30 s"),
+    ],
+)
+def test_a_run_without_a_trace_says_why(tmp_path, program, args, why):
+    r, out, script = profile(tmp_path, program, *args, hide=False)
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[-1] == f"wanscope: error: {sys.executable} left no trace to analyze: {why}"
+    assert not (out / "report.json").exists()

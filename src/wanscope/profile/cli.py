@@ -343,9 +343,7 @@ def profile_command(argv, out_dir: Path, window, given, nsys: bool, ncu) -> None
         raise cmd.own_profiler_error(argv)
     status = cmd.exit_status(result.exit_code)
     if not result.traces:
-        why = f"it exited with status {status}" if status else "it never imported torch"
-        if not status and window.start_s:
-            why = f"it ended before --delay {window.start_s:g} s, or never imported torch"
+        why = cmd.no_trace_reason(result, window, status)
         click.echo(f"wanscope: error: {argv[0]} left no trace to analyze: {why}", err=True)
         sys.exit(status or 2)
     if status:

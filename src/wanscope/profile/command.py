@@ -245,6 +245,19 @@ def run_object(argv: list[str], result: CommandRun, window: Window, capture: str
     }
 
 
+def no_trace_reason(result: CommandRun, window: Window, status: int) -> str:
+    """Why a run left no trace: its exit status, the end of the program before the time
+    window, a trace that could not be written (the bootstrap's record says torch was
+    imported), or no import of torch at all (no record)."""
+    if status:
+        return f"it exited with status {status}"
+    if not any(r.get("torch") for r in result.records):
+        return "it never imported torch (in its main thread)"
+    if window.start_s:
+        return f"it ended before --delay {window.start_s:g} s"
+    return "the trace could not be written (see the messages above)"
+
+
 def command_notes(run: dict) -> list[str]:
     """What the report says of a command's run: which rule found the steps, or that none did."""
     out = []

@@ -34,7 +34,7 @@ def host(name, ts, dur, cat="cpu_op"):
     return {"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": TID, "ts": ts, "dur": dur, "args": {}}
 
 
-def launch(ts, corr, name="cudaLaunchKernel"):
+def launch(ts, corr, name="cudaLaunchKernel", dur=2):
     cat = "cuda_driver" if name.startswith("cu") and not name.startswith("cuda") else "cuda_runtime"
     return {
         "ph": "X",
@@ -43,7 +43,7 @@ def launch(ts, corr, name="cudaLaunchKernel"):
         "pid": PID,
         "tid": TID,
         "ts": ts,
-        "dur": 2,
+        "dur": dur,
         "args": {"correlation": corr},
     }
 

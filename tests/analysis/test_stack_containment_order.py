@@ -12,6 +12,7 @@ import json
 
 import pytest
 from shared_fixtures import REPO
+from synthetic_traces import kernel as gpu_kernel
 
 from wanscope.analysis.summary import analyze
 from wanscope.trace import open_traces
@@ -39,16 +40,7 @@ def op(name, ts, dur, ext):
 
 
 def kernel(ts, corr):
-    return {
-        "ph": "X",
-        "cat": "kernel",
-        "name": "gemm",
-        "pid": 0,
-        "tid": 7,
-        "ts": T0 + ts,
-        "dur": 5,
-        "args": {"device": 0, "stream": 7, "correlation": corr},
-    }
+    return gpu_kernel("gemm", T0 + ts, 5, corr)
 
 
 def launched(ts, corr, gpu_ts):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from synthetic_traces import kernel as gpu_kernel
 
 from wanscope.analysis.scope import Scope
 from wanscope.analysis.summary import analyze
@@ -29,16 +30,7 @@ def ev(cat, name, ts, dur, pid=1, tid=1, **args):
 
 
 def kernel(ts, corr):
-    return {
-        "ph": "X",
-        "cat": "kernel",
-        "name": "gemm",
-        "pid": 0,
-        "tid": 7,
-        "ts": ts,
-        "dur": 5,
-        "args": {"device": 0, "stream": 7, "correlation": corr},
-    }
+    return gpu_kernel("gemm", ts, 5, corr)
 
 
 WAITS = {"a": (1090, 120), "b": (1150, 40), "c": (1290, 120), "d": (1195, 110), "e": (1240, 10)}

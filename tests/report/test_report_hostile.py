@@ -14,6 +14,7 @@ import time
 import pytest
 from hostile_cli import EMBEDDED, assert_one_line_error, kernel, run_cli
 from shared_fixtures import HANG_S
+from synthetic_traces import launch
 
 
 def names(d):
@@ -80,18 +81,7 @@ def busy_trace(tmp_path_factory):
     """40,000 kernels with launches, and how long a report of it takes here."""
     events = []
     for i in range(40_000):
-        events.append(
-            {
-                "ph": "X",
-                "cat": "cuda_runtime",
-                "name": "cudaLaunchKernel",
-                "pid": 1,
-                "tid": 1,
-                "ts": 10 + 3 * i,
-                "dur": 1,
-                "args": {"correlation": i + 1},
-            }
-        )
+        events.append(launch(10 + 3 * i, i + 1, dur=1))
         events.append(kernel(11 + 3 * i, 1.5, corr=i + 1, name=f"k{i % 50}"))
     d = tmp_path_factory.mktemp("busy")
     path = d / "busy.json"

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 from shared_fixtures import shared_fixture
+from synthetic_traces import kernel, launch
 
 from wanscope.analysis.summary import analyze
 from wanscope.trace import open_traces
@@ -26,30 +27,7 @@ def trace(path, t0_us: int, rank: int | None, where: str = "before", kernels: in
     events = []
     for i in range(kernels):
         ts = t0_us + 20 * i
-        events.append(
-            {
-                "ph": "X",
-                "cat": "cuda_runtime",
-                "name": "cudaLaunchKernel",
-                "pid": 1,
-                "tid": 1,
-                "ts": ts - 5,
-                "dur": 2,
-                "args": {"correlation": i + 1},
-            }
-        )
-        events.append(
-            {
-                "ph": "X",
-                "cat": "kernel",
-                "name": f"k{i}",
-                "pid": 0,
-                "tid": 7,
-                "ts": ts,
-                "dur": 10,
-                "args": {"device": 0, "stream": 7, "correlation": i + 1},
-            }
-        )
+        events += [launch(ts - 5, i + 1), kernel(f"k{i}", ts, 10, i + 1)]
     info = "" if rank is None else f'"distributedInfo": {{"rank": {rank}, "world_size": 8}}'
     body = '"traceEvents": [\n' + ",\n".join(json.dumps(e) for e in events) + "\n]"
     if info:

@@ -12,6 +12,7 @@ import sqlite3
 
 import pytest
 from shared_fixtures import shared_fixture
+from synthetic_traces import launch
 
 from wanscope.analysis.summary import analyze
 from wanscope.trace import open_traces
@@ -35,18 +36,7 @@ def gpu(ts, dur, corr, stream=7, cat="kernel", name="k"):
 def trace(tmp_path, records) -> dict:
     events = []
     for corr, r in enumerate(records, start=1):
-        events.append(
-            {
-                "ph": "X",
-                "cat": "cuda_runtime",
-                "name": "cudaLaunchKernel",
-                "pid": 1,
-                "tid": 1,
-                "ts": T0,
-                "dur": 0.5,
-                "args": {"correlation": corr},
-            }
-        )
+        events.append(launch(T0, corr, dur=0.5))
         events.append(gpu(*r[:2], corr, *r[2:]))
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": events}))

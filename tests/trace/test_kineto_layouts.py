@@ -9,6 +9,7 @@ import json
 import threading
 
 import pytest
+import synthetic_traces
 
 from wanscope.analysis.summary import analyze
 from wanscope.errors import InputError
@@ -16,29 +17,11 @@ from wanscope.trace import kineto, open_traces
 
 
 def kernel(ts, dur, corr, name="k"):
-    return {
-        "ph": "X",
-        "cat": "kernel",
-        "name": name,
-        "pid": 0,
-        "tid": 7,
-        "ts": ts,
-        "dur": dur,
-        "args": {"device": 0, "stream": 7, "correlation": corr},
-    }
+    return synthetic_traces.kernel(name, ts, dur, corr)
 
 
 def launch(ts, corr):
-    return {
-        "ph": "X",
-        "cat": "cuda_runtime",
-        "name": "cudaLaunchKernel",
-        "pid": 1,
-        "tid": 1,
-        "ts": ts,
-        "dur": 1,
-        "args": {"correlation": corr},
-    }
+    return synthetic_traces.launch(ts, corr, dur=1)
 
 
 EVENTS = [

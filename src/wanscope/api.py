@@ -77,10 +77,18 @@ class Trace:
         return _frame(self._analysis["steps"])
 
     def host_ops(self):
-        """Host time of the steps by outermost aten op: name, count, total_ns, pct."""
-        from wanscope.profile.host_ops import host_ops
+        """Host time by op per thread (the ``top`` by self time, then ``other``): rank, pid, tid,
+        name, kind, count, total_ns, self_ns, self_pct (% of the thread's busy time)."""
+        rows = [
+            {"rank": th["rank"], "pid": th["pid"], "tid": th["tid"], **op}
+            for th in self._analysis["host"]["threads"]
+            for op in th["ops"]
+        ]
+        return _frame(rows)
 
-        return _frame(host_ops(self.con, top=self._top)["ops"])
+    def python_frames(self):
+        """The Python frames with most self time over all threads: name, count, total_ns, self_ns."""
+        return _frame(self._analysis["host"]["python_frames"])
 
     def memory(self):
         """Peak memory per (rank, device) from PyTorch's memory events (device -1: the CPU):

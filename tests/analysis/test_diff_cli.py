@@ -22,7 +22,7 @@ def test_json(paths):
     r = run_cli("diff", *paths, "--format", "json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert (doc["base"]["time_ns"], doc["new"]["time_ns"]) == (77_500, 60_000)
     assert doc["base"]["label"] == str(paths[0])
     assert set(doc["fused_kernels"][0]) >= {"name", "kind", "ops", "count", "total_ns"}

@@ -17,7 +17,9 @@ torch = pytest.importorskip("torch")
 
 from cli_context import run_main as wanscope  # in this process: torch's imports were half a run
 
+from wanscope.analysis.host import host as analyze_host
 from wanscope.profile.result import CPU_NOTE, cfg_note
+from wanscope.trace import open_traces
 from wanscope.wan.options import RANDOM_NOTE
 from wanscope.wan.sampler import FlowSampler
 
@@ -115,16 +117,20 @@ def test_no_sync_in_the_loop_by_default(default_run):
 
 
 def test_host_time_by_op(default_run):
-    _, _, report = default_run
-    h = report["host_ops"]
-    assert h["step_time_ns"] == sum(s["cpu_dur_ns"] for s in report["steps"])
-    assert 0 < h["aten_time_ns"] <= h["step_time_ns"]
-    assert sum(op["total_ns"] for op in h["ops"]) == h["aten_time_ns"]
-    names = [op["name"] for op in h["ops"]]
-    assert "aten::linear" in names and names[-1] == "other" and len(names) == 11
+    out, r, report = default_run
+    h = report["host"]
+    con = open_traces([str(out / "trace.json.gz")])
+    (tid,) = con.execute("SELECT DISTINCT tid FROM steps").fetchone()
+    main = next(t for t in h["threads"] if t["tid"] == tid)  # the thread that ran the steps: busy all through
+    assert h["window"] == "steps" and main["busy_ns"] == sum(s["cpu_dur_ns"] for s in report["steps"])
+    assert sum(op["self_ns"] for op in main["ops"]) == main["busy_ns"]
+    assert main["ops"][-1]["name"] == "other" and len(main["ops"]) == 11
+    assert "host time by op" in r.stdout
+    full = next(t for t in analyze_host(con, top=100_000)["threads"] if t["tid"] == tid)["ops"]
+    linear = next(op for op in full if op["name"] == "aten::linear")
     # 2 steps x 1 batched CFG forward x (2 blocks x (q, k, v, o twice + 2 FFN) + text 2 + time 2 + projection 1
     # + head 1)
-    assert next(op["count"] for op in h["ops"] if op["name"] == "aten::linear") == 2 * (2 * 10 + 6)
+    assert linear["count"] == 2 * (2 * 10 + 6) and 0 < linear["self_ns"] < linear["total_ns"]
 
 
 def lookup_frame() -> str:

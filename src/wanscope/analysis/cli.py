@@ -12,7 +12,8 @@ from wanscope.errors import UsageError
 
 ANALYZE_HELP = """Analyze GPU traces: utilization, time by category, top kernels, idle gaps
 with the CPU call stack behind the largest, host-device syncs and per-step times, per
-(rank, device).
+(rank, device); host time and self time by op per thread, the Python frames with most self
+time, launch overhead and the launch queue; peak memory from PyTorch's memory events.
 
 TRACE: Kineto .json/.json.gz files, Nsight Systems .sqlite exports, a directory of rank
 files, or a database kept with --db. With no TRACE, the H200 Wan2.1 trace embedded in

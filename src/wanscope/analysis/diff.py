@@ -19,19 +19,27 @@ every number on one side equals what ``analyze`` reports for that trace. Definit
 - Kernels appeared / disappeared / changed are matched by ``name_norm`` over the whole trace
   (one spelling whichever tool demangled them: ``trace/names.py``), each listed by its name as
   BASE recorded it (NEW's where BASE has none).
+- Ops: the aten ops and Python frames of each trace over all threads, inside the steps (the
+  whole trace without steps), with count, self time and the kernels each launched
+  (``analysis.host.op_totals``); matched by kind and name, a Python frame without its line
+  number and object addresses (``frame_key``), so that edited code still matches; the largest
+  changes in self time first.
 """
 
 from __future__ import annotations
 
+import re
+
 from wanscope.analysis.categories import categorize
 from wanscope.analysis.fused import OPS_PARTIAL_NOTE, aten_calls, fused_kernels, ops_summary
+from wanscope.analysis.host import op_totals
 from wanscope.analysis.kernels import categories
 from wanscope.analysis.scope import Scope
 from wanscope.analysis.steps import step_times
 from wanscope.analysis.summary import sources, warnings
 from wanscope.analysis.utilization import device_utilization
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SIDES = ("base", "new")
 # time_basis -> what ``time_ns`` is
 BASES = {"step": "mean step GPU time", "cpu_step": "mean step CPU time", "window": "window"}
@@ -162,6 +170,50 @@ def _kernel_changes(base: dict, new: dict, top: int) -> dict:
     }
 
 
+_LINE = re.compile(r"\(\d+\)(?=: )")
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def frame_key(kind: str, name: str) -> str:
+    """The name ops are matched by across traces: a Python frame's without its line number
+    (``m.py(12): f`` -> ``m.py: f``) and object addresses (``<built-in method x of y at 0x7f..>``),
+    which move when code is edited or rerun; an aten op's as recorded."""
+    if kind != "python":
+        return name
+    return _ADDRESS.sub("", _LINE.sub("", name, count=1))
+
+
+def _op_changes(base_con, new_con, top: int) -> dict:
+    """Aten ops and Python frames matched by (kind, ``frame_key``), largest change in self time
+    first."""
+    sides = {}
+    for side, con in (("base", base_con), ("new", new_con)):
+        acc: dict[tuple, dict] = {}
+        for r in op_totals(con):
+            key = (r["kind"], frame_key(r["kind"], r["name"]))
+            a = acc.setdefault(key, {"name": r["name"], "count": 0, "self_ns": 0, "kernels": 0, "kernel_ns": 0})
+            for f in ("count", "self_ns", "kernels", "kernel_ns"):
+                a[f] += r[f]
+        sides[side] = acc
+    b, n = sides["base"], sides["new"]
+    zero = {"name": None, "count": 0, "self_ns": 0, "kernels": 0, "kernel_ns": 0}
+    rows = []
+    for key in set(b) | set(n):
+        x, y = b.get(key, zero), n.get(key, zero)
+        row = {"kind": key[0], "name": x["name"] or y["name"]}
+        for f in ("count", "self_ns", "kernels", "kernel_ns"):
+            row[f"base_{f}"], row[f"new_{f}"] = x[f], y[f]
+        row["delta_self_ns"] = y["self_ns"] - x["self_ns"]
+        rows.append(row)
+    rows.sort(key=lambda r: (-abs(r["delta_self_ns"]), r["kind"], r["name"]))
+    return {
+        "common": len(set(b) & set(n)),
+        "appeared": len(set(n) - set(b)),
+        "disappeared": len(set(b) - set(n)),
+        "top_changes": rows[:top],
+    }
+
+
 def _fused(base_con, new_con) -> tuple[list[dict], list[dict], list[str]]:
     """Both traces' fused kernels (each tagged with ``trace`` and the ``eager_ops`` the
     other trace ran as aten ops), the summary by op, and notes."""
@@ -196,7 +248,7 @@ def diff(base_con, new_con, base_label: str = "BASE", new_label: str = "NEW", to
         :func:`trace_totals`, plus ``time_ns``), ``time_basis`` (``step``, ``cpu_step`` or
         ``window``: ``BASES``),
         ``delta``, ``attention`` (``base_pct``, ``new_pct``, ``delta_pct``), ``categories``,
-        ``kernels``, ``fused_kernels``, ``fused_ops``, ``warnings`` and ``notes`` (plain
+        ``kernels``, ``ops`` (aten ops and Python frames: ``_op_changes``), ``fused_kernels``, ``fused_ops``, ``warnings`` and ``notes`` (plain
         sentences). docs/json.md documents each field ("diff JSON").
     """
     sides = {"base": trace_totals(base_con, base_label), "new": trace_totals(new_con, new_label)}
@@ -259,6 +311,7 @@ def diff(base_con, new_con, base_label: str = "BASE", new_label: str = "NEW", to
         "attention": shares,
         "categories": cats,
         "kernels": kernels,
+        "ops": _op_changes(base_con, new_con, top),
         "fused_kernels": fused,
         "fused_ops": fused_ops,
         "warnings": warn,

@@ -15,6 +15,7 @@ HTML_SUFFIXES = (".html", ".htm")
 DIFF_HELP = """Compare two GPU traces: time (mean step GPU time when both have steps; mean
 step CPU time when neither has GPU activity; else the window), busy time, utilization, kernel launches, time and share by category,
 attention's share before and after, kernels that appeared, disappeared or changed most,
+the aten ops and Python frames whose self time changed most (with the kernels each launched),
 and the fused Triton kernels of a torch.compile run with the ops fused into each.
 
 BASE and NEW: each a Kineto .json/.json.gz file, an Nsight Systems .sqlite export, a

@@ -11,6 +11,7 @@ import orjson
 from wanscope.analysis.completeness import completeness, graph_trace_note
 from wanscope.analysis.fused import fused_kernels
 from wanscope.analysis.gaps import idle_gaps
+from wanscope.analysis.host import host
 from wanscope.analysis.kernels import categories, top_kernels
 from wanscope.analysis.memory import memory
 from wanscope.analysis.ranks import communication, rank_count, rank_summary
@@ -22,7 +23,7 @@ from wanscope.trace.kineto import CLAIMED_RANK_KEY, OTHER_ACCELERATOR_KEY, OTHER
 from wanscope.trace.link import PARTIAL_OVERLAPS_KEY
 from wanscope.trace.nsys_export import DEGRADED_KEY
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def warnings(con) -> dict[str, int]:
@@ -174,7 +175,8 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
 
     Returns:
         A dict: ``schema_version``, ``sources``, ``warnings``, ``devices`` (one per
-        (rank, device) with GPU activity), ``syncs``, ``steps``, ``memory`` (``analysis.memory``:
+        (rank, device) with GPU activity), ``syncs``, ``steps``, ``host`` (``analysis.host``: host time and self time by op per
+        thread, Python frames, launch overhead and the launch queue), ``memory`` (``analysis.memory``:
         one per (rank, device) with PyTorch's memory events, the CPU as -1), and ``notes`` (plain
         sentences, e.g. "no GPU activity" for a CPU-only trace); with more than one rank also
         ``ranks`` (communication time and overlap per device, slowest rank per step).
@@ -237,6 +239,7 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         "devices": devices,
         "syncs": find_syncs(con, gpu_ranks, scope),
         "steps": steps,
+        "host": host(con, scope, top),
         "memory": mem,
         "notes": notes,
     }

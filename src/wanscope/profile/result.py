@@ -1,7 +1,7 @@
 """A profile's results: the analysis of its trace, the ``run`` object, report files, terminal.
 
-report.json is the ``analyze`` JSON plus ``run`` (``run_info.py``) and ``host_ops``
-(``host_ops.py``), with notes that say what the run was (random weights) and, on a CPU, which
+report.json is the ``analyze`` JSON (its ``host`` section: host time and self time by op) plus
+``run`` (``run_info.py``), with notes that say what the run was (random weights) and, on a CPU, which
 figures need a GPU. Both report files are written through a temporary name and a rename.
 """
 
@@ -16,9 +16,8 @@ from wanscope.analysis.summary import analyze
 from wanscope.clitools import console as make_console
 from wanscope.profile.command import command_notes
 from wanscope.profile.command import title as command_title
-from wanscope.profile.host_ops import host_ops
 from wanscope.report.text import render_analysis
-from wanscope.report.units import fmt_ns, fmt_pct
+from wanscope.report.units import fmt_ns
 from wanscope.report.write import write_report
 from wanscope.trace import open_traces
 from wanscope.wan.config import CFG_BATCHED_MAX_TOKENS
@@ -85,13 +84,12 @@ def notes(run: dict) -> list[str]:
 
 
 def build_report(traces: list[Path], run: dict, out_dir: Path) -> dict:
-    """Analyze ``traces``, add ``run`` and ``host_ops``, write report.json and report.html."""
+    """Analyze ``traces``, add ``run``, write report.json and report.html."""
     con = open_traces([str(t) for t in traces])
     result = analyze(con)
     ours = notes(run)  # analyze already repeats the run's note, read back from the trace
     result["notes"] = ours + [n for n in result["notes"] if n not in ours]
     result["run"] = run
-    result["host_ops"] = host_ops(con)
     write_report(con, result, out_dir, title(run))
     return result
 
@@ -101,23 +99,10 @@ def _bytes(n) -> str:
 
 
 def render(result: dict, files: list[Path], console: Console | None = None) -> None:
-    """The analysis summary, then host time by op, the run's stages and the files written."""
+    """The analysis summary (with the host time by op), the run's stages and the files written."""
     c = console or make_console()
     run = result["run"]
     render_analysis(result, c)
-    h = result["host_ops"]
-    if h["ops"]:
-        t = Table(
-            "op",
-            "count",
-            "host time",
-            "% of step time",
-            title=f"host time by op (outermost aten ops; steps {fmt_ns(h['step_time_ns'])}, "
-            f"in aten ops {fmt_ns(h['aten_time_ns'])})",
-        )
-        for row in h["ops"]:
-            t.add_row(row["name"], f"{row['count']:,}", fmt_ns(row["total_ns"]), fmt_pct(row["pct"]))
-        c.print(t)
     if "stage_wall_ns" in run:  # our engine's run (a COMMAND's has no stages)
         t = Table("stage", "wall time", "peak memory", title="stages")
         for stage, wall in run["stage_wall_ns"].items():

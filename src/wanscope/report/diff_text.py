@@ -49,7 +49,7 @@ def ops_text(kernel: dict) -> str:
 def render_diff(result: dict, console: Console | None = None) -> None:
     """Print the diff: the two traces, warnings, a summary of time, busy, utilization and
     launches, attention's share, time by category, kernels appeared, disappeared and
-    changed, the fused Triton kernels and the eager ops they replaced."""
+    changed, the ops whose self time changed most, the fused Triton kernels and the eager ops they replaced."""
     c = console or make_console()
     base, new = result["base"], result["new"]
     c.print(f"[bold]BASE:[/bold] {base['label']}\n[bold]NEW:[/bold]  {new['label']}")
@@ -95,6 +95,7 @@ def render_diff(result: dict, console: Console | None = None) -> None:
     else:
         _render_kernels(result, c)
 
+    _render_ops(result["ops"], c)
     for side in ("base", "new"):
         fused = [f for f in result["fused_kernels"] if f["trace"] == side]
         if not fused:
@@ -144,6 +145,35 @@ def render_diff(result: dict, console: Console | None = None) -> None:
     for note in result["notes"]:
         c.print(f"[dim]{note}[/dim]")
     c.print(f"[dim]{DEFINITIONS}[/dim]")
+
+
+def _render_ops(ops: dict, c: Console) -> None:
+    """The aten ops and Python frames whose self time changed most."""
+    if not ops["top_changes"]:
+        c.print("ops: neither trace recorded aten ops or Python frames on the host")
+        return
+    t = Table(
+        Column("op or Python frame", overflow="fold"),
+        "kind",
+        "calls",
+        "self BASE",
+        "self NEW",
+        "change",
+        "kernels",
+        title=f"ops by change in self time ({ops['common']:,} in both, {ops['appeared']:,} only in NEW, "
+        f"{ops['disappeared']:,} only in BASE)",
+    )
+    for r in ops["top_changes"]:
+        t.add_row(
+            short_name(r["name"]),
+            r["kind"],
+            f"{r['base_count']:,} -> {r['new_count']:,}",
+            fmt_ns(r["base_self_ns"]),
+            fmt_ns(r["new_self_ns"]),
+            signed_ns(r["delta_self_ns"]),
+            f"{r['base_kernels']:,} -> {r['new_kernels']:,}",
+        )
+    c.print(t)
 
 
 def _render_kernels(result: dict, c: Console) -> None:

@@ -21,6 +21,7 @@ RANKS_DEFINITIONS = (
     "(the others wait for it inside their collectives)."
 )
 STACK_FRAMES_SHOWN = 8
+HOST_THREADS_SHOWN = 4  # the busiest threads, those with a tenth of the busiest's time or more
 
 
 def _short(name: str, width: int = 90) -> str:
@@ -30,7 +31,7 @@ def _short(name: str, width: int = 90) -> str:
 
 def render_analysis(result: dict, console: Console | None = None, used: str | None = None) -> None:
     """Print the analysis summary: per device utilization, categories, top kernels, gaps
-    with the stack behind the largest, then syncs, steps, the ``ranks`` section (with several
+    with the stack behind the largest, then syncs, steps, the host side, memory, the ``ranks`` section (with several
     ranks) and warnings."""
     c = console or make_console()
     if used:
@@ -126,6 +127,8 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
         for s in result["steps"]:
             t.add_row(str(s["rank"]), str(s["step"]), fmt_ns(s["cpu_dur_ns"]), fmt_ns(s["gpu_dur_ns"]))
         c.print(t)
+    if result.get("host"):
+        render_host(result["host"], c)
     for m in result.get("memory", []):
         where = "CPU" if m["device"] == -1 else f"device {m['device']}"
         c.print(
@@ -144,6 +147,56 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
             + ", ".join(f"{k} {v:,}" for k, v in result["warnings"].items())
         )
     c.print(f"[dim]{DEFINITIONS}[/dim]")
+
+
+def render_host(h: dict, c: Console) -> None:
+    """Host time by op for the busiest threads, the Python frames with most self time, launch
+    overhead and the launch queue (``analysis.host``)."""
+    where = "inside the steps" if h["window"] == "steps" else "over the whole trace"
+    threads = h["threads"]
+    busiest = threads[0]["busy_ns"] if threads else 0
+    shown = [t for t in threads[:HOST_THREADS_SHOWN] if t["busy_ns"] >= busiest / 10]
+    for th in shown:
+        t = Table(
+            "op",
+            "kind",
+            "count",
+            "total",
+            "self",
+            "% of busy",
+            title=f"host time by op · rank {th['rank']} · pid {th['pid']} · tid {th['tid']} · "
+            f"busy {fmt_ns(th['busy_ns'])} {where}",
+        )
+        for op in th["ops"]:
+            t.add_row(
+                _short(op["name"], 70),
+                op["kind"] or "-",
+                f"{op['count']:,}",
+                fmt_ns(op["total_ns"]),
+                fmt_ns(op["self_ns"]),
+                fmt_pct(op["self_pct"]),
+            )
+        c.print(t)
+    if len(threads) > len(shown):
+        c.print(f"host: {len(threads) - len(shown)} more thread(s) in --format json")
+    if h["python_frames"]:
+        t = Table("Python frame", "count", "total", "self", title="Python frames with most self time")
+        for f in h["python_frames"]:
+            t.add_row(_short(f["name"], 80), f"{f['count']:,}", fmt_ns(f["total_ns"]), fmt_ns(f["self_ns"]))
+        c.print(t)
+    for row in h["launch"]:
+        calls = ", ".join(f"{x['name']} {fmt_ns(x['total_ns'])}" for x in row["top_calls"])
+        rate = "-" if row["launches_per_s"] is None else f"{row['launches_per_s']:,.0f}/s"
+        c.print(
+            f"launch overhead, rank {row['rank']} · pid {row['pid']}: CUDA API {fmt_ns(row['api_ns'])} in "
+            f"{row['api_calls']:,} calls ({fmt_pct(row['api_pct'])} of {fmt_ns(row['window_ns'])}) · "
+            f"{row['launches']:,} kernel launches, {rate} · {calls}"
+        )
+    for q in h["launch_queue"]:
+        c.print(
+            f"launch queue, rank {q['rank']} · device {q['device']}: kernels launched but not yet started: "
+            f"max {q['max']:,}, mean {q['mean']:,.1f} over {fmt_ns(q['end_ns'] - q['start_ns'])}"
+        )
 
 
 def render_ranks(ranks: dict, console: Console) -> None:

@@ -1,0 +1,144 @@
+"""The host side (``analysis.host``): self time per op and thread, the Python frames, launch
+overhead and the launch queue; on a hand-built trace, on every real fixture (self times add up
+to the union of each thread's ranges, computed here apart), and on a trace recorded here with
+plain torch.profiler."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from shared_fixtures import REPO, SHARED_FIXTURES
+from synthetic_traces import host, kernel, launch, write_trace
+
+from wanscope.analysis.host import host as analyze_host
+from wanscope.analysis.host import nest_ranges
+from wanscope.trace import open_traces
+
+US = 1000
+
+# One thread, times in us. A record_function range ("block") opens inside the Python call that
+# enters it (m.py __enter__) and outlives it, as torch.profiler records them; aten::copy_ runs
+# past the step's end; aten::zeros lies outside the step.
+EVENTS = [
+    host("ProfilerStep#1", 1000, 100, cat="user_annotation"),
+    host("aten::linear", 1010, 40),
+    host("aten::addmm", 1015, 30),
+    launch(1020, 1, dur=10),
+    kernel("gemm", 1040, 20, 1),
+    host("m.py(1): __enter__", 1055, 5, cat="python_function"),
+    host("block", 1058, 32, cat="user_annotation"),
+    host("aten::mul", 1070, 10),
+    launch(1072, 2, dur=4),
+    kernel("mul", 1100, 10, 2),
+    host("aten::copy_", 1095, 25),
+    host("aten::zeros", 1150, 10),
+]
+# self, in us: launch 10, addmm 30 - 10, linear 40 - 30, __enter__ cut at block's start 3,
+# block 32 - 10, mul 10 - 4, launch 4, copy_ 5 inside the step, the step 100 - (40 + 3 + 32 + 5)
+SELF_US = {
+    "cudaLaunchKernel": 14,
+    "aten::addmm": 20,
+    "aten::linear": 10,
+    "m.py(1): __enter__": 3,
+    "block": 22,
+    "aten::mul": 6,
+    "aten::copy_": 5,
+    "ProfilerStep#1": 20,
+}
+
+
+def _ops(tmp_path, events, name="t.json"):
+    h = analyze_host(open_traces([write_trace(tmp_path / name, events)]), top=100)
+    (th,) = h["threads"]
+    return h, th, {op["name"]: op for op in th["ops"]}
+
+
+def test_self_time_by_op_inside_the_steps(tmp_path):
+    h, th, ops = _ops(tmp_path, EVENTS)
+    assert h["window"] == "steps"
+    assert {n: op["self_ns"] for n, op in ops.items()} == {n: v * US for n, v in SELF_US.items()}
+    assert th["busy_ns"] == sum(op["self_ns"] for op in th["ops"]) == 100 * US
+    assert ops["aten::copy_"]["total_ns"] == 5 * US and ops["cudaLaunchKernel"]["count"] == 2
+    assert ops["block"]["kind"] == "annotation" and ops["m.py(1): __enter__"]["kind"] == "python"
+    assert ops["cudaLaunchKernel"]["kind"] == "runtime" and ops["ProfilerStep#1"]["self_pct"] == 20.0
+    assert h["python_frames"] == [{"name": "m.py(1): __enter__", "count": 1, "total_ns": 5 * US, "self_ns": 3 * US}]
+
+
+def test_launch_overhead_and_queue(tmp_path):
+    h, _, _ = _ops(tmp_path, EVENTS)
+    (lo,) = h["launch"]
+    assert (lo["window_ns"], lo["api_calls"], lo["api_ns"], lo["launches"]) == (100 * US, 2, 14 * US, 2)
+    assert lo["api_pct"] == 14.0 and lo["launches_per_s"] == 20_000.0
+    assert lo["top_calls"] == [{"name": "cudaLaunchKernel", "count": 2, "total_ns": 14 * US}]
+    (q,) = h["launch_queue"]
+    # one kernel waiting 1020..1040 and 1072..1100 of 1020..1100: mean (20 + 28) / 80
+    assert (q["launches"], q["max"], q["start_ns"], q["end_ns"]) == (2, 1, 1020 * US, 1100 * US)
+    assert q["mean"] == pytest.approx(0.6)
+    lengths = [n for _, n in q["timeline"]]
+    assert max(lengths) == 1 and lengths[0] == 1 and 0 in lengths and len(lengths) == 200
+
+
+def test_whole_trace_without_steps(tmp_path):
+    h, th, ops = _ops(tmp_path, EVENTS[1:])
+    assert h["window"] == "trace"
+    assert ops["aten::copy_"]["self_ns"] == 25 * US and ops["aten::zeros"]["self_ns"] == 10 * US
+    # linear 40 + __enter__ 3 + block 32 (its overlap with __enter__ counted once) + copy_ 25 + zeros 10
+    assert th["busy_ns"] == sum(op["self_ns"] for op in th["ops"]) == 110 * US
+
+
+def test_nesting_of_ranges_that_overlap_without_nesting():
+    # 0: the step 0..100; 1: enter 10..20; 2: a range opened in it 15..60; 3: an op in that 30..40;
+    # 4: exit 55..70, which closes range 2 and outlives it
+    start = np.array([0, 10, 15, 30, 55])
+    end = np.array([100, 20, 60, 40, 70])
+    parent, cut = nest_ranges(np.zeros(5, np.int64), start, end, np.arange(5))
+    assert parent.tolist() == [-1, 0, 0, 2, 0]
+    assert cut.tolist() == [100, 15, 55, 40, 70]
+
+
+def _fixtures():
+    local = sorted((REPO / "tests" / "data").glob("*.json.gz")) + sorted((REPO / "tests" / "data").glob("*.sqlite"))
+    shared = sorted(SHARED_FIXTURES.glob("kineto/**/*.json.gz")) + sorted(SHARED_FIXTURES.glob("nsys/*.sqlite"))
+    return local + shared
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    total, end = 0, None
+    for s, e in sorted(intervals):
+        if end is None or s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+def _clipped(ranges, windows):
+    if windows is None:
+        return ranges
+    return [(max(s, ws), min(e, we)) for s, e in ranges for ws, we in windows if s < we and e > ws]
+
+
+@pytest.mark.parametrize("path", _fixtures(), ids=lambda p: p.name)
+def test_self_times_add_up_to_each_threads_busy_time(path):
+    con = open_traces([str(path)])
+    h = analyze_host(con)
+    windows = None
+    if h["window"] == "steps":
+        windows = {}
+        for rank, s, e in con.execute("SELECT rank, start_ns, end_ns FROM steps").fetchall():
+            windows.setdefault(rank, []).append((s, e))
+    ranges = {}
+    for rank, pid, tid, s, e in con.execute(
+        "SELECT rank, pid, tid, start_ns, end_ns FROM cpu_ops UNION ALL SELECT rank, pid, tid, start_ns, end_ns FROM api_calls"
+    ).fetchall():
+        ranges.setdefault((rank, pid, tid), []).append((s, e))
+    assert h["threads"]
+    for th in h["threads"]:
+        key = (th["rank"], th["pid"], th["tid"])
+        union = _union_ns(_clipped(ranges[key], None if windows is None else windows.get(th["rank"], [])))
+        # busy_ns is the sum of the self times
+        assert sum(op["self_ns"] for op in th["ops"]) == th["busy_ns"], key
+        assert th["busy_ns"] == pytest.approx(union, rel=1e-3), key
+        assert all(op["self_ns"] >= 0 and op["total_ns"] >= op["self_ns"] for op in th["ops"]), key

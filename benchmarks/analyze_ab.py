@@ -1,14 +1,14 @@
 """``wanscope analyze`` on the >= 500 MB benchmark trace, this tree against another one's (the
 parent commit's, checked out as a worktree), in fresh processes that alternate.
 
-Builds the native-layout trace of ``analyze_bench.py`` (the H200 Wan2.1 trace repeated
-``--copies`` times), then runs ``python -m wanscope analyze --format json FILE`` ``--runs``
+Builds the native-layout trace of ``analyze_bench.py`` (``--trace``: the H200 Wan2.1 trace, or
+the H200 capture with steps, user ranges and memory events, repeated to >= 500 MB), then runs ``python -m wanscope analyze --format json FILE`` ``--runs``
 times with each tree's ``src`` first on ``PYTHONPATH``, in the order base, this, base, this,
 ...; reports each side's median wall time and largest peak RSS, and the ratio. Goals: issue
 22 within 5%, issue 23 within 10% of the base.
 
     git worktree add /tmp/base PARENT
-    python benchmarks/analyze_ab.py --base-src /tmp/base/src [--copies 50] [--runs 3] [--label L]
+    python benchmarks/analyze_ab.py --base-src /tmp/base/src [--trace default|memory] [--runs 3] [--label L]
 
 The last line printed is machine-readable JSON; the result goes to benchmarks/results/.
 """
@@ -30,20 +30,21 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from _common import git_commit, result_label, write_result
-from analyze_bench import build, measure
+from analyze_bench import TRACES, build, measure
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base-src", type=Path, required=True, help="the other tree's src folder")
-    ap.add_argument("--copies", type=int, default=50)
+    ap.add_argument("--trace", choices=sorted(TRACES), default="default", help="the trace repeated (TRACES)")
+    ap.add_argument("--copies", type=int, help="default: the trace's own count, for >= 500 MB")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--label", type=result_label)
     args = ap.parse_args()
     base_src = args.base_src.resolve()
     with tempfile.TemporaryDirectory(prefix="wanscope-ab-") as tmp:
         native = Path(tmp) / "trace.json"
-        size = build(native, None, args.copies)  # only the native layout is timed here
+        size = build(native, None, args.copies or TRACES[args.trace][2], args.trace)  # only the native layout
         os.sync()
         runs: dict[str, list[dict]] = {"base": [], "this": []}
         for _ in range(args.runs):
@@ -60,6 +61,7 @@ def main() -> None:
         "base_commit": git_commit(base_src.parent),
         "machine": f"{os.cpu_count()}-core {platform.machine()}",
         "python": platform.python_version(),
+        "trace": args.trace,
         "file_mb": round(size / 1e6, 1),
         "command": "python -m wanscope analyze --format json FILE, fresh processes, base and this alternating",
         "walls_s": {side: [r["wall_s"] for r in rs] for side, rs in runs.items()},

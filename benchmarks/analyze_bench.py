@@ -1,12 +1,14 @@
 """Ingest + analyze speed and memory against Holistic Trace Analysis on a large trace.
 
-Builds a >= 500 MB trace in torch.profiler's own layout by repeating the event blocks of
-the H200 Wan2.1 trace with shifted timestamps and ids, and the same events one per line;
+Builds a >= 500 MB trace in torch.profiler's own layout by repeating the event blocks of an
+H200 trace (``--trace``: the Wan2.1 DiT forward embedded in the package, or a capture with
+steps, user ranges and PyTorch's memory events: ``TRACES``) with shifted timestamps, ids and
+step numbers, and the same events one per line;
 then times, each in a fresh process, ``wanscope analyze --format json`` on both and HTA
 (load + temporal, idle-time and kernel breakdowns) on the native file, reporting wall time
 and peak RSS. Goal (issue 2): >= 10x faster than HTA, peak RSS <= 0.5x the file.
 
-    python benchmarks/analyze_bench.py [--copies 50] [--workdir DIR] [--skip-hta]
+    python benchmarks/analyze_bench.py [--trace default|memory] [--copies N] [--workdir DIR] [--skip-hta]
 
 The last line printed is machine-readable JSON.
 """
@@ -28,18 +30,35 @@ from pathlib import Path
 
 from wanscope.data import default_trace
 
-# Fields shifted per copy so that copies neither overlap in time nor share ids.
+# Fields shifted per copy so that copies neither overlap in time nor share ids; step numbers
+# too, so that each copy's steps are steps of their own.
 _FIELD = re.compile(rb'"(ts|External id|correlation|id|Python id|Python parent id|Ev Idx)": (-?\d+)(\.\d+)?')
+_STEP = re.compile(rb'"name": "(wanscope/step#|ProfilerStep#)(\d+)"')
+STEP_STRIDE = 1000
+
+# The traces repeated: (file, per-copy time shift in us, longer than the trace so that copies
+# follow each other, copies for >= 500 MB). "default": the H200 Wan2.1 1.3B DiT forward
+# embedded in the package (615 ms, no steps); "memory": the H200 capture of
+# memory_trace_program.py under `wanscope profile --memory` (2 steps in 1.35 s: steps, user
+# ranges, PyTorch's memory events, Python stacks).
+TRACES = {
+    "default": (default_trace, 700_000, 50),
+    "memory": (
+        lambda: Path(__file__).resolve().parents[1] / "tests" / "data" / "h200_wan21_1p3b_memory_steps.json.gz",
+        1_500_000,
+        15,
+    ),
+}
 
 
-def build(out_native: Path, out_lines: Path | None, copies: int) -> int:
-    """Write both layouts (the native one alone where ``out_lines`` is None); return the size of
-    the native file in bytes."""
-    text = gzip.decompress(default_trace().read_bytes())
+def build(out_native: Path, out_lines: Path | None, copies: int, trace: str = "default") -> int:
+    """Write both layouts of ``copies`` copies of ``TRACES[trace]`` (the native one alone where
+    ``out_lines`` is None); return the size of the native file in bytes."""
+    source, span_us, _ = TRACES[trace]
+    text = gzip.decompress(source().read_bytes())
     head_end = text.index(b'"traceEvents": [') + len(b'"traceEvents": [')
     body_end = text.rindex(b"\n  ]")
     header, body, trailer = text[:head_end], text[head_end:body_end], text[body_end:]
-    span_us = 700_000  # longer than the trace (615 ms), so copies follow each other
     id_step = 10_000_000
     blocks = body.split(b"\n  {")[1:]
     with open(out_native, "wb") as nat, open(out_lines or os.devnull, "wb") as lin:
@@ -52,7 +71,10 @@ def build(out_native: Path, out_lines: Path | None, copies: int) -> int:
                 delta = k * span_us if field == b"ts" else k * id_step
                 return b'"%s": %d%s' % (field, whole + delta, frac)
 
-            shifted = _FIELD.sub(shift, body)
+            shifted = _STEP.sub(
+                lambda m, k=k: b'"name": "%s%d"' % (m.group(1), int(m.group(2)) + k * STEP_STRIDE), body
+            )
+            shifted = _FIELD.sub(shift, shifted)
             if k:
                 nat.write(b",")
             nat.write(shifted.rstrip().rstrip(b","))
@@ -94,16 +116,18 @@ print("hta done")
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--copies", type=int, default=50)
+    ap.add_argument("--trace", choices=sorted(TRACES), default="default", help="the trace repeated (TRACES)")
+    ap.add_argument("--copies", type=int, help="default: the trace's own count, for >= 500 MB")
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--skip-hta", action="store_true")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each wanscope command (median wall, max RSS)")
     args = ap.parse_args()
+    copies = args.copies or TRACES[args.trace][2]
     work = args.workdir or Path(tempfile.mkdtemp(prefix="wanscope-bench-"))
     (work / "native").mkdir(parents=True, exist_ok=True)
     native, lines = work / "native" / "rank-0.pt.trace.json", work / "lines.json"
     t0 = time.perf_counter()
-    size = build(native, lines, args.copies)
+    size = build(native, lines, copies, args.trace)
     # Write the ~1 GB just built back to disk before timing: left to the kernel's flusher
     # threads, its writeback ran beside the first timed runs (wanscope's, on 2 cores).
     os.sync()
@@ -129,7 +153,8 @@ def main() -> None:
         )
     summary = {
         "file_mb": round(size / 1e6, 1),
-        "copies": args.copies,
+        "trace": args.trace,
+        "copies": copies,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         **{k: {"wall_s": v["wall_s"], "peak_rss_mb": v["peak_rss_mb"]} for k, v in results.items()},

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from _common import git_commit, result_label, write_result
-from analyze_bench import TRACES, build, measure
+from analyze_bench import TRACES, build_apart, measure
 
 
 def main() -> None:
@@ -44,7 +44,7 @@ def main() -> None:
     base_src = args.base_src.resolve()
     with tempfile.TemporaryDirectory(prefix="wanscope-ab-") as tmp:
         native = Path(tmp) / "trace.json"
-        size = build(native, None, args.copies or TRACES[args.trace][2], args.trace)  # only the native layout
+        size = build_apart(native, None, args.copies or TRACES[args.trace][2], args.trace)  # the native layout
         os.sync()
         runs: dict[str, list[dict]] = {"base": [], "this": []}
         for _ in range(args.runs):

@@ -91,7 +91,7 @@ def test_nesting_of_ranges_that_overlap_without_nesting():
     # 4: exit 55..70, which closes range 2 and outlives it
     start = np.array([0, 10, 15, 30, 55])
     end = np.array([100, 20, 60, 40, 70])
-    parent, cut = nest_ranges(np.zeros(5, np.int64), start, end, np.arange(5))
+    parent, cut = nest_ranges(start, end, np.array([True, False, False, False, False]))
     assert parent.tolist() == [-1, 0, 0, 2, 0]
     assert cut.tolist() == [100, 15, 55, 40, 70]
 

@@ -26,23 +26,27 @@ from dataclasses import dataclass
 import numpy as np
 
 from wanscope.analysis.scope import Scope
+from wanscope.trace.link import memory_limit
+from wanscope.trace.load import NEST_MEMORY_LIMIT
 
 QUEUE_POINTS = 200
 TOP_CALLS = 5
 
 
-def nest_ranges(
-    thread: np.ndarray, start: np.ndarray, end: np.ndarray, rank_in_order: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+CHUNK = 1 << 18  # rows per step of the passes that would otherwise hold temporaries of every row
+
+
+def nest_ranges(s: np.ndarray, e: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The parent of each host range and the end of the time in which it is the innermost range.
 
-    The parent: the range on its thread that encloses it and started last, as torch.profiler's
-    own event tree (``key_averages``) picks it. Unlike a nesting by counting open ranges, it
-    stays right where ranges overlap without nesting, as a ``record_function`` range does that
-    outlives the Python call that opened it. In the order (thread, start, end descending, tie)
-    a range's parent is its previous greater-or-equal end on its thread, found by pointer
-    jumping (each candidate jumps to its own candidate while it ends earlier: everything in
-    between ends earlier still), in about log2 of the longest chain of vectorized rounds.
+    The ranges come sorted by (thread, start, end descending, tie), as ingest numbers them
+    (``cpu_ops.id``). The parent: the range on its thread that encloses it and started last,
+    as torch.profiler's own event tree (``key_averages``) picks it. Unlike a nesting by counting
+    open ranges, it stays right where ranges overlap without nesting, as a ``record_function``
+    range does that outlives the Python call that opened it. In that order a range's parent is
+    its previous greater-or-equal end on its thread, found by pointer jumping (each candidate
+    jumps to its own candidate while it ends earlier: everything in between ends earlier still),
+    in about log2 of the longest chain of vectorized rounds.
 
     The cut end: where the next range under the same parent starts inside a range, the later
     one is the innermost from there (a sampling profiler would see it on top of the stack), so
@@ -51,29 +55,33 @@ def nest_ranges(
     with disjoint siblings: self times computed from them are never negative and add up to the
     union of the outermost ranges.
 
-    Args: int64 arrays [n]: ``thread`` (equal for the ranges of one thread), ``start``/``end``
-        (ns), ``rank_in_order``: each range's position in that order (a permutation of 0..n-1;
-        ingest's ``cpu_ops.id``).
-    Returns: (parent int64 [n], an index into the inputs or -1 at the top; cut end int64 [n], ns).
+    Args:
+        s, e: int64 [n], start and end (ns) in that order.
+        first: bool [n], True at each thread's first range.
+
+    Returns:
+        (parent int32 [n], a position in the order or -1 at the top; cut end int64 [n], ns).
     """
-    n = len(start)
-    order = np.empty(n, np.int64)
-    order[rank_in_order] = np.arange(n)
-    th, s, e = thread[order], start[order], end[order]
-    first = np.ones(n, bool)  # a thread's first range
-    first[1:] = th[1:] != th[:-1]
-    cand = np.arange(-1, n - 1, dtype=np.int64)
+    n = len(s)
+    cand = np.arange(-1, n - 1, dtype=np.int32)
     cand[first] = -1
     _jump_to_enclosing(cand, e, e)
     # siblings: same parent, or the top ranges of one thread; in order within each group
-    group = np.where(cand >= 0, cand, -1 - np.cumsum(first))
-    sib = np.argsort(group, kind="stable")
+    group = cand.copy()
+    top = np.flatnonzero(cand < 0)
+    group[top] = -1 - np.cumsum(first, dtype=np.int32)[top]
+    sib = np.argsort(group, kind="stable").astype(np.int32)
     grouped = group[sib]
-    same = grouped[1:] == grouped[:-1]
+    del group, top
     cut = e.copy()
-    earlier, later = sib[:-1][same], sib[1:][same]
-    cut[earlier] = np.minimum(cut[earlier], np.maximum(s[later], s[earlier]))
-    front = earlier[cut[earlier] < e[earlier]]
+    front = []
+    for lo in range(0, max(n - 1, 0), CHUNK):
+        a, b = sib[lo : lo + CHUNK], sib[lo + 1 : lo + 1 + CHUNK]
+        same = grouped[lo : lo + len(b)] == grouped[lo + 1 : lo + 1 + len(b)]
+        earlier, later = a[: len(b)][same], b[same]
+        cut[earlier] = np.minimum(cut[earlier], np.maximum(s[later], s[earlier]))
+        front.append(earlier[cut[earlier] < e[earlier]])
+    front = np.concatenate(front) if front else np.empty(0, np.int32)
     while len(front):  # the children of ranges just cut, cut at their parent's end
         lo = np.searchsorted(grouped, front, "left")
         hi = np.searchsorted(grouped, front, "right")
@@ -83,12 +91,7 @@ def nest_ranges(
         kids = kids[moved]
         cut[kids] = new[moved]
         front = np.unique(kids)
-    parent = np.full(n, -1, np.int64)
-    found = cand >= 0
-    parent[order[found]] = order[cand[found]]
-    cut_end = np.empty(n, np.int64)
-    cut_end[order] = cut
-    return parent, cut_end
+    return cand, cut
 
 
 def _jump_to_enclosing(cand: np.ndarray, e: np.ndarray, need: np.ndarray, parent: np.ndarray | None = None) -> None:
@@ -115,42 +118,38 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def attach_leaves(
-    parent_of_range: np.ndarray,
-    order: np.ndarray,
-    thread: np.ndarray,
-    start: np.ndarray,
-    end: np.ndarray,
-    leaf_thread: np.ndarray,
+    s: np.ndarray,
+    e: np.ndarray,
+    parent: np.ndarray,
+    block_lo: np.ndarray,
+    block_hi: np.ndarray,
     leaf_start: np.ndarray,
     leaf_end: np.ndarray,
 ) -> np.ndarray:
     """The parent of each leaf range (an API call, which encloses nothing): the range of its
-    thread that encloses it and started last, as an index into the ranges, -1 for none.
+    thread that encloses it and started last, -1 for none.
 
-    Args: the ranges (``order``: their indices sorted as ``nest_ranges`` orders them;
-        ``parent_of_range`` from it) and the leaves' thread, start and end, int64 [m].
+    Args:
+        s, e, parent: the ranges in ``nest_ranges``' order and their parents.
+        block_lo, block_hi: int64 [m], the positions [lo, hi) of each leaf's thread's ranges
+            (-1 where its thread has none).
+        leaf_start, leaf_end: int64 [m], ns.
+
+    Returns:
+        int32 [m], positions in the order.
     """
     m = len(leaf_start)
-    out = np.full(m, -1, np.int64)
-    if not m or not len(order):
-        return out
-    th, s, e = thread[order], start[order], end[order]
-    pos_parent = np.full(len(order), -1, np.int64)  # parents as positions in the order
-    where = np.empty(len(order), np.int64)
-    where[order] = np.arange(len(order))
-    has = parent_of_range[order] >= 0
-    pos_parent[has] = where[parent_of_range[order][has]]
-    cuts = np.flatnonzero(np.r_[True, th[1:] != th[:-1], True])
-    cand = np.full(m, -1, np.int64)
-    for a, b in zip(cuts[:-1], cuts[1:], strict=False):  # per thread: the last range starting at or before
-        mine = np.flatnonzero(leaf_thread == th[a])
-        if len(mine):
-            cand[mine] = a + np.searchsorted(s[a:b], leaf_start[mine], "right") - 1
-            cand[mine[cand[mine] < a]] = -1
-    _jump_to_enclosing(cand, e, leaf_end, pos_parent)
-    found = cand >= 0
-    out[found] = order[cand[found]]
-    return out
+    cand = np.full(m, -1, np.int32)
+    by_block = np.argsort(block_lo, kind="stable")
+    los, starts = np.unique(block_lo[by_block], return_index=True)
+    for k, lo in enumerate(los.tolist()):
+        mine = by_block[starts[k] : starts[k + 1] if k + 1 < len(starts) else m]
+        hi = int(block_hi[mine[0]])
+        if lo >= 0:  # the last range of the thread starting at or before the leaf
+            at = lo + np.searchsorted(s[lo:hi], leaf_start[mine], "right") - 1
+            cand[mine] = np.where(at >= lo, at, -1)
+    _jump_to_enclosing(cand, e, leaf_end, parent)
+    return cand
 
 
 def _windows(con, scope: Scope) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
@@ -179,20 +178,40 @@ def _windows(con, scope: Scope) -> dict[int, tuple[np.ndarray, np.ndarray, np.nd
     return windows
 
 
-def _inside(windows, rank: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(window time before each instant ``t``, whether ``t`` lies inside the window), int64 ns
-    and bool [n]; ranks without steps have no window."""
-    before = np.zeros(len(t), np.int64)
-    inside = np.zeros(len(t), bool)
-    for r, (ws, we, wb) in windows.items():
-        rows = np.flatnonzero(rank == r)
-        tr = t[rows]
-        i = np.searchsorted(ws, tr, side="right") - 1
-        ok = i >= 0
-        j = np.maximum(i, 0)
-        before[rows] = np.where(ok, wb[j] + np.minimum(tr, we[j]) - ws[j], 0)
-        inside[rows] = ok & (tr <= we[j])
-    return before, inside
+def _before(window, t: np.ndarray, inside: bool = False):
+    """Window time before each instant ``t`` (int64 ns); ``window`` None: a rank without steps
+    (no window: 0). With ``inside``: (that, whether each instant lies inside the window)."""
+    if window is None:
+        zero = np.zeros(len(t), np.int64)
+        return (zero, np.zeros(len(t), bool)) if inside else zero
+    ws, we, wb = window
+    j = np.searchsorted(ws, t, side="right") - 1
+    ok = j >= 0
+    j = np.maximum(j, 0)
+    end = we[j]
+    before = np.where(ok, wb[j] + np.minimum(t, end) - ws[j], 0)
+    return (before, ok & (t <= end)) if inside else before
+
+
+def _clip(windows, rank_of, s, e, cut) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """In place over ``e`` and ``cut``: each range's time inside the window (from ``e``) and its
+    cut time inside it (from ``cut``), and whether it counts (some time inside, or a
+    zero-length range lying inside). ``rank_of(lo, hi)``: the rank of rows lo..hi, chunk by
+    chunk."""
+    counted = np.ones(len(s), bool)
+    if windows is None:
+        np.subtract(e, s, out=e)
+        np.subtract(cut, s, out=cut)
+        return e, cut, counted
+    for lo in range(0, len(s), CHUNK):
+        hi = min(lo + CHUNK, len(s))
+        for rank, rows in rank_of(lo, hi):
+            w = windows.get(rank)
+            before, inside = _before(w, s[rows], inside=True)
+            e[rows] = _before(w, e[rows]) - before
+            cut[rows] = _before(w, cut[rows]) - before
+            counted[rows] = (e[rows] > 0) | inside
+    return e, cut, counted
 
 
 @dataclass
@@ -201,110 +220,156 @@ class HostRanges:
 
     Attributes:
         windows: ``_windows``' result (None: the whole trace).
-        tables: ``_API`` table -> (``total_ns`` int64 ns: the range's time inside the window;
-            ``self_ns`` int64 ns; ``counted`` bool; ``parent`` int64: the enclosing
-            ``cpu_ops`` range as a scan position, -1 at the top), arrays [rows].
+        tables: table (``cpu_ops``, ``api_calls``) -> (``total_ns`` int64 ns: the range's time
+            inside the window; ``self_ns`` int64 ns (an API call's: its cut time); ``counted``
+            bool), arrays [rows].
+        position: int32 [cpu_ops rows], each scan row's position in the nesting order (its ``id``);
+        cpu_parent: int32 [cpu_ops rows], by position: the parent's position, -1 at the top;
+        api_parent: int32 [api_calls rows], in scan order: the enclosing ``cpu_ops`` range's
+            position, -1 for none.
+        threads: (rank, pid, tid) of each thread with ``cpu_ops`` ranges, in the nesting order.
+        key: int32 [cpu_ops rows], in scan order: thread index * (len(KINDS) + 1) + kind code,
+            for grouping by thread and kind with an integer.
     """
 
     windows: dict | None
-    tables: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    tables: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    position: np.ndarray
+    cpu_parent: np.ndarray
+    api_parent: np.ndarray
+    threads: list[tuple]
+    key: np.ndarray
 
     def register(self, con) -> None:
-        """Register ``_host_<table>`` (total_ns, self_ns, counted), to join positionally."""
-        for table, (total, self_ns, counted, _) in self.tables.items():
-            con.register(f"_host_{table}", {"total_ns": total, "self_ns": self_ns, "counted": counted})
+        """Register ``_host_<table>`` (total_ns, self_ns, counted; cpu_ops also key), to join
+        positionally."""
+        for table, (total, self_ns, counted) in self.tables.items():
+            cols = {"total_ns": total, "self_ns": self_ns, "counted": counted}
+            if table == "cpu_ops":
+                cols["key"] = self.key
+            con.register(f"_host_{table}", cols)
 
     def unregister(self, con) -> None:
         for table in self.tables:
             con.unregister(f"_host_{table}")
 
 
+KINDS = ("op", "python", "annotation", "nvtx")  # cpu_ops.kind as a code (its index; another kind: 4)
+_KIND_CODE_SQL = (
+    "CASE kind " + " ".join(f"WHEN '{k}' THEN {i}" for i, k in enumerate(KINDS)) + f" ELSE {len(KINDS)} END"
+)
+# rowid: the row's place in a scan, which POSITIONAL JOIN follows
+_PIECE_SQL = f"SELECT rowid, id, start_ns, end_ns, ({_KIND_CODE_SQL})::TINYINT AS kind FROM cpu_ops WHERE rowid >= ? AND rowid < ?"
+_THREADS_SQL = "SELECT rank, pid, tid, min(id) AS lo, max(id) + 1 AS hi FROM cpu_ops GROUP BY ALL ORDER BY lo"
+_API_SQL = """
+SELECT a.rank, a.start_ns, a.end_ns, coalesce(t.lo, -1) AS lo, coalesce(t.hi, -1) AS hi
+FROM api_calls a LEFT JOIN _host_threads t
+  ON a.rank = t.rank AND a.pid IS NOT DISTINCT FROM t.pid AND a.tid IS NOT DISTINCT FROM t.tid
+ORDER BY a.rowid
+"""
+
+
 def host_ranges(con, scope: Scope) -> HostRanges:
     """Nest the host ranges of ``con`` (``nest_ranges``, API calls as leaves), cut them to the
-    window and compute their self times."""
-    cpu = con.execute(
-        "SELECT (hash(rank, pid, tid) >> 1)::BIGINT AS th, rank, start_ns, end_ns, id FROM cpu_ops"
-    ).fetchnumpy()
-    api = con.execute(
-        "SELECT (hash(rank, pid, tid) >> 1)::BIGINT AS th, rank, start_ns, end_ns FROM api_calls"
-    ).fetchnumpy()
-    c = {k: np.asarray(v, np.int64) for k, v in cpu.items()}
-    a = {k: np.asarray(v, np.int64) for k, v in api.items()}
-    del cpu, api
-    parent, cut_end = nest_ranges(c["th"], c["start_ns"], c["end_ns"], c["id"])
-    order = np.empty(len(c["id"]), np.int64)
-    order[c["id"]] = np.arange(len(c["id"]))
-    # API calls are leaves: under the range that encloses them, cut at its cut end
-    a_parent = attach_leaves(parent, order, c["th"], c["start_ns"], c["end_ns"], a["th"], a["start_ns"], a["end_ns"])
-    a_cut = a["end_ns"].copy()
+    window and compute their self times. Works in ``cpu_ops.id`` order (ingest's nesting order:
+    each thread's ranges in one block) with int32 positions, a few arrays of every row at a time,
+    with DuckDB's buffers shrunk meanwhile as for ingest's nesting (``NEST_MEMORY_LIMIT``)."""
+    with memory_limit(con, NEST_MEMORY_LIMIT):
+        return _host_ranges(con, scope)
+
+
+def _host_ranges(con, scope: Scope) -> HostRanges:
+    n, limit = con.execute("SELECT count(*), coalesce(max(rowid) + 1, 0) FROM cpu_ops").fetchone()
+    inv = np.empty(n, np.int32)  # scan row -> position in the order
+    kind = np.empty(n, np.int8)  # by scan row
+    s, e = np.empty(n, np.int64), np.empty(n, np.int64)
+    for lo in range(0, limit, CHUNK):  # in pieces: DuckDB holds one piece's result at a time
+        piece = con.execute(_PIECE_SQL, [lo, lo + CHUNK]).fetchnumpy()
+        at, rows = np.asarray(piece["id"], np.int64), np.asarray(piece["rowid"], np.int64)
+        inv[rows], kind[rows] = at, piece["kind"]
+        s[at], e[at] = piece["start_ns"], piece["end_ns"]
+    threads = con.execute(_THREADS_SQL).fetchnumpy()
+    first = np.zeros(n, bool)
+    first[threads["lo"]] = True
+    thread = (np.cumsum(first, dtype=np.int32) - 1)[inv]  # by scan row: the thread's index in ``threads``
+    parent, cut = nest_ranges(s, e, first)
+    del first
+    con.register("_host_threads", threads)
+    try:
+        api = {k: np.asarray(v) for k, v in con.execute(_API_SQL).fetchnumpy().items()}
+    finally:
+        con.unregister("_host_threads")
+    a_parent = attach_leaves(s, e, parent, api["lo"], api["hi"], api["start_ns"], api["end_ns"])
+    a_cut = api["end_ns"].astype(np.int64)
     has = a_parent >= 0
-    a_cut[has] = np.maximum(a["start_ns"][has], np.minimum(a_cut[has], cut_end[a_parent[has]]))
+    a_cut[has] = np.maximum(api["start_ns"][has], np.minimum(a_cut[has], cut[a_parent[has]]))
     windows = _windows(con, scope)
-    out = []
-    for rows, cut_e in ((c, cut_end), (a, a_cut)):
-        if windows is None:
-            total, cut, counted = rows["end_ns"] - rows["start_ns"], cut_e - rows["start_ns"], None
-        else:
-            before, in_start = _inside(windows, rows["rank"], rows["start_ns"])
-            total = _inside(windows, rows["rank"], rows["end_ns"])[0] - before
-            cut = _inside(windows, rows["rank"], cut_e)[0] - before
-            counted = (total > 0) | in_start
-        out.append([total, cut, np.ones(len(total), bool) if counted is None else counted])
-    n = len(parent)
-    weights = np.zeros(n)  # bincount of no values would give integers
-    weights += np.bincount(parent[parent >= 0], weights=out[0][1][parent >= 0], minlength=n)
-    weights += np.bincount(a_parent[has], weights=out[1][1][has], minlength=n)
-    out[0][1] = out[0][1] - np.rint(weights).astype(np.int64)  # self = cut time less the children's
-    return HostRanges(windows, {"cpu_ops": (*out[0], parent), "api_calls": (*out[1], a_parent)})
+    blocks = list(zip(threads["rank"].tolist(), threads["lo"].tolist(), threads["hi"].tolist(), strict=True))
+
+    def cpu_rank(lo, hi):
+        for r, b_lo, b_hi in blocks:
+            a, b = max(lo, b_lo), min(hi, b_hi)
+            if a < b:
+                yield r, slice(a, b)
+
+    total, cut, counted = _clip(windows, cpu_rank, s, e, cut)  # e and cut now hold times
+    del s, e
+    a_rank = np.asarray(api["rank"], np.int64)
+
+    def api_rank(lo, hi):
+        part = a_rank[lo:hi]
+        for r in np.unique(part):
+            yield int(r), lo + np.flatnonzero(part == r)
+
+    a_start = api["start_ns"].astype(np.int64)
+    a_total, a_cut, a_counted = _clip(windows, api_rank, a_start, api["end_ns"].astype(np.int64), a_cut)
+    children = np.zeros(n, np.int64)
+    for lo in range(0, n, CHUNK):
+        p, c = parent[lo : lo + CHUNK], cut[lo : lo + CHUNK]
+        np.add.at(children, p[p >= 0], c[p >= 0])
+    np.add.at(children, a_parent[has], a_cut[has])
+    cut -= children  # self = cut time less the children's
+    del children
+    scan = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, bool))
+    for lo in range(0, n, CHUNK):  # back to scan order, for POSITIONAL JOIN
+        at = inv[lo : lo + CHUNK]
+        for out, by_position in zip(scan, (total, cut, counted), strict=True):
+            out[lo : lo + CHUNK] = by_position[at]
+    del total, cut, counted
+    return HostRanges(
+        windows,
+        {"cpu_ops": scan, "api_calls": (a_total, a_cut, a_counted)},
+        inv,
+        parent,
+        a_parent,
+        [(int(r), p, t) for r, p, t in zip(threads["rank"], _ints(threads["pid"]), _ints(threads["tid"]), strict=True)],
+        thread * (len(KINDS) + 1) + kind,
+    )
 
 
+def _ints(column) -> list:
+    """A fetched integer column as Python ints, None where NULL."""
+    return [None if v is np.ma.masked else int(v) for v in column] if np.ma.isMaskedArray(column) else column.tolist()
+
+
+# by thread and kind as one integer (``HostRanges.key``), then name: grouping by the VARCHAR
+# kind beside the name took twice as long
 _OPS_SQL = """
+SELECT x.key, name, count(*) AS count, sum(total_ns) AS total_ns, sum(self_ns) AS self_ns
+FROM cpu_ops POSITIONAL JOIN _host_cpu_ops x WHERE counted GROUP BY x.key, name
+"""
+_API_OPS_SQL = """
 SELECT rank, pid, tid, kind, name, count(*) AS count, sum(total_ns) AS total_ns, sum(self_ns) AS self_ns
-FROM (SELECT rank, pid, tid, kind, name, x.* FROM cpu_ops POSITIONAL JOIN _host_cpu_ops x
-      UNION ALL
-      SELECT rank, pid, tid, kind, name, x.* FROM api_calls POSITIONAL JOIN _host_api_calls x)
-WHERE counted GROUP BY ALL
-ORDER BY rank, pid, tid, self_ns DESC, total_ns DESC, kind, name
+FROM api_calls POSITIONAL JOIN _host_api_calls x WHERE counted GROUP BY ALL
 """
-_API_IN_WINDOW = (
-    "(SELECT a.*, x.total_ns, x.counted FROM api_calls a POSITIONAL JOIN _host_api_calls x WHERE x.counted)"
-)
-
-_LAUNCH_SQL = f"""
-WITH a AS {_API_IN_WINDOW},
-launched AS (
-  SELECT DISTINCT a.rank, a.pid, a.correlation FROM a
-  JOIN kernels k ON k.rank = a.rank AND k.pid = a.pid AND k.correlation = a.correlation),
-n AS (SELECT rank, pid, count(*) AS launches FROM launched GROUP BY ALL)
-SELECT a.rank, a.pid, count(*), sum(a.total_ns), coalesce(any_value(n.launches), 0)
-FROM a LEFT JOIN n ON n.rank = a.rank AND n.pid = a.pid
-GROUP BY a.rank, a.pid ORDER BY a.rank, a.pid
-"""
-_TOP_CALLS_SQL = f"""
-SELECT rank, pid, name, count(*) AS n, sum(total_ns) AS t FROM {_API_IN_WINDOW}
-GROUP BY ALL ORDER BY rank, pid, t DESC, name
-"""
-
-# +1 when a kernel's launch starts, -1 when the kernel starts (not before its launch: a
-# kernel recorded as starting earlier is a clock artifact); at one instant the starts first.
-_QUEUE_SQL = f"""
-CREATE OR REPLACE TEMP TABLE _host_queue AS
-WITH launch AS (
-  SELECT rank, pid, correlation, min(start_ns) AS start_ns FROM {_API_IN_WINDOW}
-  WHERE correlation IS NOT NULL GROUP BY ALL),
-l AS (SELECT k.rank, k.device, l.start_ns AS t0, greatest(k.start_ns, l.start_ns) AS t1
-      FROM kernels k JOIN launch l ON k.rank = l.rank AND k.pid = l.pid AND k.correlation = l.correlation),
-e AS (SELECT rank, device, t0 AS t, 1 AS d FROM l UNION ALL SELECT rank, device, t1, -1 FROM l)
-SELECT rank, device, t, sum(d) OVER w AS len, lead(t) OVER w AS t_next, row_number() OVER w AS seq
-FROM e WINDOW w AS (PARTITION BY rank, device ORDER BY t, d ROWS UNBOUNDED PRECEDING)
-"""
-_QUEUE_SUMMARY_SQL = """
-SELECT rank, device, count(*) // 2, max(len), min(t), max(t), sum(len * coalesce(t_next - t, 0))
-FROM _host_queue GROUP BY ALL ORDER BY rank, device
-"""
-_QUEUE_BUCKETS_SQL = """
-SELECT least(((t - $t0)::HUGEINT * $points // $span), $points - 1)::INTEGER AS b, max(len), arg_max(len, seq)
-FROM _host_queue WHERE rank = $rank AND device = $device GROUP BY b ORDER BY b
+# Each kernel with the launching API call inside the window: the call's process and
+# correlation id, when it started and, not before that, when the kernel started (a kernel
+# recorded as starting earlier is a clock artifact).
+_LAUNCHED_SQL = """
+SELECT k.rank, a.pid, k.device, a.correlation, a.start_ns AS launch_ns, greatest(k.start_ns, a.start_ns) AS start_ns
+FROM (SELECT a.rank, a.pid, a.correlation, a.start_ns FROM api_calls a POSITIONAL JOIN _host_api_calls x
+      WHERE x.counted AND a.correlation IS NOT NULL) a
+JOIN kernels k ON k.rank = a.rank AND k.pid = a.pid AND k.correlation = a.correlation
 """
 
 
@@ -318,43 +383,54 @@ def _top(rows: list[dict], top: int, keys: tuple[str, ...], **fixed) -> list[dic
     return out
 
 
-def _queue_timeline(con, rank: int, device: int, t0: int, t1: int) -> list[list[int]]:
-    """[time_ns, length] points: the span cut in ``QUEUE_POINTS`` intervals (fewer for a span of
-    fewer ns), each at its largest queue length (an interval without events carries the length
-    before it)."""
-    span = max(t1 - t0, 1)
-    points = min(QUEUE_POINTS, span)
-    rows = con.execute(
-        _QUEUE_BUCKETS_SQL, {"t0": t0, "span": span, "points": points, "rank": rank, "device": device}
-    ).fetchall()
-    by_bucket = {b: (int(hi), int(last)) for b, hi, last in rows}
-    out, carried = [], 0
-    for b in range(points):
-        hi, last = by_bucket.get(b, (carried, carried))
-        out.append([t0 + b * span // points, max(hi, carried)])
-        carried = last
-    return out
+def _groups(*keys: np.ndarray):
+    """(the distinct key tuples, their rows' indices) of rows grouped by ``keys``, in key order."""
+    order = np.lexsort(keys[::-1])
+    if not len(order):
+        return
+    sorted_keys = [k[order] for k in keys]
+    change = np.ones(len(order), bool)
+    change[1:] = np.any([k[1:] != k[:-1] for k in sorted_keys], axis=0)
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], len(order))
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        yield tuple(int(k[a]) for k in sorted_keys), order[a:b]
 
 
-def _launch_queue(con) -> list[dict]:
-    con.execute(_QUEUE_SQL)
-    queue = []
-    for r, d, launches, hi, t0, t1, area in con.execute(_QUEUE_SUMMARY_SQL).fetchall():
-        span = int(t1 - t0)
-        queue.append(
-            {
-                "rank": r,
-                "device": d,
-                "launches": int(launches),
-                "start_ns": int(t0),
-                "end_ns": int(t1),
-                "max": int(hi),
-                "mean": float(area) / span if span else float(hi),
-                "timeline": _queue_timeline(con, r, d, int(t0), int(t1)),
-            }
-        )
-    con.execute("DROP TABLE _host_queue")
-    return queue
+def launch_queue(launch_ns: np.ndarray, start_ns: np.ndarray) -> dict:
+    """The launch queue of one device: +1 when a kernel's launch starts, -1 when the kernel
+    starts; at one instant the starts first.
+
+    Args: int64 [k], each kernel's launch and start (ns, start >= launch).
+    Returns: ``launches``, ``start_ns``, ``end_ns`` (first launch, last kernel start), ``max``,
+        ``mean`` (time-weighted over that span) and ``timeline``: ``QUEUE_POINTS`` or fewer
+        [time_ns, length] points, the span in equal intervals, each at its largest length.
+    """
+    t = np.concatenate((launch_ns, start_ns))
+    d = np.concatenate((np.ones(len(launch_ns), np.int64), -np.ones(len(start_ns), np.int64)))
+    order = np.lexsort((d, t))
+    t, length = t[order], np.cumsum(d[order])
+    t0, t1 = int(t[0]), int(t[-1])
+    span = t1 - t0
+    area = int((length[:-1] * np.diff(t)).sum())
+    points = max(1, min(QUEUE_POINTS, span))
+    bucket = np.minimum((t - t0) * points // max(span, 1), points - 1)
+    highest = np.zeros(points, np.int64)
+    np.maximum.at(highest, bucket, length)
+    last = np.full(points, -1, np.int64)
+    last[bucket] = length  # the last event of each interval (events are in time order)
+    timeline, carried = [], 0
+    for b in range(points):  # an interval without events carries the length before it
+        timeline.append([t0 + b * max(span, 1) // points, max(int(highest[b]), carried)])
+        carried = int(last[b]) if last[b] >= 0 else carried
+    return {
+        "launches": len(launch_ns),
+        "start_ns": t0,
+        "end_ns": t1,
+        "max": int(length.max()),
+        "mean": area / span if span else float(length.max()),
+        "timeline": timeline,
+    }
 
 
 def host(con, scope: Scope | None = None, top: int = 10) -> dict:
@@ -383,10 +459,13 @@ def host(con, scope: Scope | None = None, top: int = 10) -> dict:
     windows = ranges.windows
     ranges.register(con)
     try:
-        ops = con.execute(_OPS_SQL).fetchall()
-        launch_rows = con.execute(_LAUNCH_SQL).fetchall()
-        call_rows = con.execute(_TOP_CALLS_SQL).fetchall()
-        queue = _launch_queue(con)
+        width = len(KINDS) + 1
+        ops = [
+            (*ranges.threads[key // width], KINDS[key % width] if key % width < len(KINDS) else None, *rest)
+            for key, *rest in con.execute(_OPS_SQL).fetchall()
+        ]
+        ops += con.execute(_API_OPS_SQL).fetchall()
+        launched = con.execute(_LAUNCHED_SQL).fetchnumpy()
     finally:
         ranges.unregister(con)
     threads: dict[tuple, list[dict]] = {}
@@ -400,6 +479,7 @@ def host(con, scope: Scope | None = None, top: int = 10) -> dict:
             f[0], f[1], f[2] = f[0] + int(n), f[1] + int(total), f[2] + int(self_ns)
     thread_rows = []
     for (r, p, t), rows in threads.items():
+        rows.sort(key=lambda op: (-op["self_ns"], -op["total_ns"], op["kind"] or "", op["name"]))
         busy = sum(op["self_ns"] for op in rows)
         listed = _top(rows, top, ("count", "total_ns", "self_ns"), kind=None)
         for op in listed:
@@ -420,24 +500,33 @@ def host(con, scope: Scope | None = None, top: int = 10) -> dict:
     else:
         window_ns = {r: int((we - ws).sum()) for r, (ws, we, _) in windows.items()}
     calls: dict[tuple, list[dict]] = {}
-    for r, p, name, n, t in call_rows:
-        calls.setdefault((r, p), []).append({"name": name, "count": int(n), "total_ns": int(t)})
+    for r, p, _, kind, name, n, total, _ in ops:
+        if kind in ("runtime", "driver"):
+            calls.setdefault((r, p), []).append({"name": name, "count": int(n), "total_ns": int(total)})
+    cols = {k: np.asarray(v, np.int64) for k, v in launched.items()}
+    launches = {key: len(np.unique(cols["correlation"][rows])) for key, rows in _groups(cols["rank"], cols["pid"])}
     launch = []
-    for r, p, n_calls, api_ns, launches in launch_rows:
+    for (r, p), rows in sorted(calls.items(), key=lambda kv: (kv[0][0], kv[0][1] if kv[0][1] is not None else -1)):
+        rows.sort(key=lambda c: (-c["total_ns"], c["name"]))
         w = int(window_ns.get(r) or 0)
+        api_ns, n_launches = sum(c["total_ns"] for c in rows), launches.get((r, p), 0)
         launch.append(
             {
                 "rank": r,
                 "pid": p,
                 "window_ns": w,
-                "api_calls": int(n_calls),
-                "api_ns": int(api_ns),
+                "api_calls": sum(c["count"] for c in rows),
+                "api_ns": api_ns,
                 "api_pct": 100 * api_ns / w if w else None,
-                "launches": int(launches),
-                "launches_per_s": launches * 1e9 / w if w else None,
-                "top_calls": _top(calls.get((r, p), []), TOP_CALLS, ("count", "total_ns")),
+                "launches": n_launches,
+                "launches_per_s": n_launches * 1e9 / w if w else None,
+                "top_calls": _top(rows, TOP_CALLS, ("count", "total_ns")),
             }
         )
+    queue = [
+        {"rank": r, "device": d, **launch_queue(cols["launch_ns"][rows], cols["start_ns"][rows])}
+        for (r, d), rows in _groups(cols["rank"], cols["device"])
+    ]
     return {
         "window": "trace" if windows is None else "steps",
         "threads": thread_rows,
@@ -448,13 +537,12 @@ def host(con, scope: Scope | None = None, top: int = 10) -> dict:
 
 
 # Kernels per launching API call (its process and correlation id), by scan position
-_LAUNCHED_SQL = """
+_KERNELS_PER_CALL_SQL = """
 SELECT a.i, count(*), sum(k.dur_ns)
 FROM (SELECT row_number() OVER () - 1 AS i, rank, pid, correlation FROM api_calls) a
 JOIN kernels k ON k.rank = a.rank AND k.pid = a.pid AND k.correlation = a.correlation
 GROUP BY a.i
 """
-_KIND_CODE = {"op": 1, "python": 2}
 _OP_TOTALS_SQL = """
 SELECT kind, name, count(*), sum(total_ns), sum(self_ns), sum(kernels), sum(kernel_ns)
 FROM (SELECT kind, name, x.* FROM cpu_ops POSITIONAL JOIN _host_op_totals x)
@@ -471,22 +559,19 @@ def op_totals(con, scope: Scope | None = None) -> list[dict]:
         launching API call has the range as its innermost enclosing range of its kind.
     """
     ranges = host_ranges(con, scope or Scope())
-    total, self_ns, counted, parent = ranges.tables["cpu_ops"]
-    a_parent = ranges.tables["api_calls"][3]
-    kind = np.zeros(len(parent), np.int8)
-    if len(parent):
-        codes = con.execute(
-            "SELECT CASE kind WHEN 'op' THEN 1 WHEN 'python' THEN 2 ELSE 0 END AS k FROM cpu_ops"
-        ).fetchnumpy()["k"]
-        kind = np.asarray(codes, np.int8)
-    launched = con.execute(_LAUNCHED_SQL).fetchnumpy()
+    total, self_ns, counted = ranges.tables["cpu_ops"]
+    inv, parent, a_parent = ranges.position, ranges.cpu_parent, ranges.api_parent
+    n = len(parent)
+    kind = np.empty(n, np.int8)  # by position
+    kind[inv] = ranges.key % (len(KINDS) + 1)
+    launched = con.execute(_KERNELS_PER_CALL_SQL).fetchnumpy()
     calls = np.asarray(launched["i"], np.int64)
-    n_kernels = np.asarray(launched["count_star()"], np.int64)
+    n_kernels = np.asarray(launched["count_star()"], np.float64)
     k_ns = np.asarray(launched["sum(k.dur_ns)"], np.float64)
-    kernels = np.zeros(len(parent), np.float64)
-    kernel_ns = np.zeros(len(parent), np.float64)
-    for code in _KIND_CODE.values():
-        at = a_parent[calls].copy() if len(calls) else np.empty(0, np.int64)
+    kernels = np.zeros(n)
+    kernel_ns = np.zeros(n)
+    for code in (KINDS.index("op"), KINDS.index("python")):
+        at = a_parent[calls].copy()
         live = np.flatnonzero(at >= 0)
         live = live[kind[at[live]] != code]
         while len(live):  # up to the innermost enclosing range of this kind
@@ -494,16 +579,16 @@ def op_totals(con, scope: Scope | None = None) -> list[dict]:
             live = live[at[live] >= 0]
             live = live[kind[at[live]] != code]
         ok = at >= 0
-        kernels += np.bincount(at[ok], weights=n_kernels[ok], minlength=len(parent))
-        kernel_ns += np.bincount(at[ok], weights=k_ns[ok], minlength=len(parent))
+        kernels += np.bincount(at[ok], weights=n_kernels[ok], minlength=n)
+        kernel_ns += np.bincount(at[ok], weights=k_ns[ok], minlength=n)
     con.register(
         "_host_op_totals",
         {
             "total_ns": total,
             "self_ns": self_ns,
             "counted": counted,
-            "kernels": np.rint(kernels).astype(np.int64),
-            "kernel_ns": np.rint(kernel_ns).astype(np.int64),
+            "kernels": np.rint(kernels[inv]).astype(np.int64),
+            "kernel_ns": np.rint(kernel_ns[inv]).astype(np.int64),
         },
     )
     try:

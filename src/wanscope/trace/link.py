@@ -9,6 +9,7 @@ kernels' ``name_norm``.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import duckdb
 
@@ -195,15 +196,25 @@ ORDER BY rank, start_ns;
 """
 
 
+@contextmanager
+def memory_limit(con: duckdb.DuckDBPyConnection, limit: str):
+    """DuckDB's memory limit set to ``limit`` inside the block (its buffers shrink, spilling, to
+    make room for numpy arrays of every row), the previous one restored after."""
+    before = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    con.execute(f"SET memory_limit = '{limit}'")
+    try:
+        yield
+    finally:
+        con.execute(f"SET memory_limit = '{before}'")
+
+
 def finish(con: duckdb.DuckDBPyConnection, nest_memory_limit: str) -> None:
     """Compute nesting, launch links and steps once every source is in ``con``.
 
-    ``nest_memory_limit``: DuckDB's memory limit while the nesting's numpy arrays are alive
-    (its buffers shrink to make room for them), restored after."""
-    limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
-    con.execute(f"SET memory_limit = '{nest_memory_limit}'")
-    _nest_cpu_ops(con)
-    con.execute(f"SET memory_limit = '{limit}'")
+    ``nest_memory_limit``: DuckDB's memory limit while the nesting's numpy arrays are alive,
+    restored after (``memory_limit``)."""
+    with memory_limit(con, nest_memory_limit):
+        _nest_cpu_ops(con)
     con.execute(_LINK_PID_SQL)
     con.execute(_STEPS_SQL)
     fill_name_norm(con)

@@ -99,12 +99,17 @@ def _jump_to_enclosing(cand: np.ndarray, e: np.ndarray, need: np.ndarray, parent
     ``e[cand[i]] >= need[i]``, jumping to ``parent`` of the candidate (default: the candidates'
     own candidates, ``cand`` itself: pointer jumping)."""
     up = cand if parent is None else parent
-    live = np.flatnonzero(cand >= 0)
-    live = live[e[cand[live]] < need[live]]
+    live = np.flatnonzero(cand >= 0).astype(np.int32)
+    at = cand[live]
+    keep = e[at] < need[live]
+    live, at = live[keep], at[keep]
     while len(live):
-        cand[live] = up[cand[live]]
-        live = live[cand[live] >= 0]
-        live = live[e[cand[live]] < need[live]]
+        at = up[at]
+        cand[live] = at
+        keep = at >= 0
+        live, at = live[keep], at[keep]
+        keep = e[at] < need[live]
+        live, at = live[keep], at[keep]
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -178,19 +183,16 @@ def _windows(con, scope: Scope) -> dict[int, tuple[np.ndarray, np.ndarray, np.nd
     return windows
 
 
-def _before(window, t: np.ndarray, inside: bool = False):
+def _before(window, t: np.ndarray) -> np.ndarray:
     """Window time before each instant ``t`` (int64 ns); ``window`` None: a rank without steps
-    (no window: 0). With ``inside``: (that, whether each instant lies inside the window)."""
+    (no window: 0)."""
     if window is None:
-        zero = np.zeros(len(t), np.int64)
-        return (zero, np.zeros(len(t), bool)) if inside else zero
+        return np.zeros(len(t), np.int64)
     ws, we, wb = window
     j = np.searchsorted(ws, t, side="right") - 1
     ok = j >= 0
     j = np.maximum(j, 0)
-    end = we[j]
-    before = np.where(ok, wb[j] + np.minimum(t, end) - ws[j], 0)
-    return (before, ok & (t <= end)) if inside else before
+    return np.where(ok, wb[j] + np.minimum(t, we[j]) - ws[j], 0)
 
 
 def _clip(windows, rank_of, s, e, cut) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -207,10 +209,24 @@ def _clip(windows, rank_of, s, e, cut) -> tuple[np.ndarray, np.ndarray, np.ndarr
         hi = min(lo + CHUNK, len(s))
         for rank, rows in rank_of(lo, hi):
             w = windows.get(rank)
-            before, inside = _before(w, s[rows], inside=True)
-            e[rows] = _before(w, e[rows]) - before
-            cut[rows] = _before(w, cut[rows]) - before
-            counted[rows] = (e[rows] > 0) | inside
+            t, te, tc = s[rows], e[rows], cut[rows]
+            if w is None:
+                e[rows], cut[rows], counted[rows] = 0, 0, False
+                continue
+            j = np.searchsorted(w[0], t, side="right") - 1
+            inside = j >= 0
+            j = np.maximum(j, 0)
+            inside &= t <= w[1][j]
+            # most ranges lie in one window interval: their time there is their own
+            whole = inside & (te <= w[1][j])
+            total, cut_in = te - t, tc - t
+            part = np.flatnonzero(~whole)
+            if len(part):
+                before = _before(w, t[part])
+                total[part] = _before(w, te[part]) - before
+                cut_in[part] = _before(w, tc[part]) - before
+            e[rows], cut[rows] = total, cut_in
+            counted[rows] = (total > 0) | inside
     return e, cut, counted
 
 
@@ -272,13 +288,8 @@ ORDER BY a.rowid
 def host_ranges(con, scope: Scope) -> HostRanges:
     """Nest the host ranges of ``con`` (``nest_ranges``, API calls as leaves), cut them to the
     window and compute their self times. Works in ``cpu_ops.id`` order (ingest's nesting order:
-    each thread's ranges in one block) with int32 positions, a few arrays of every row at a time,
-    with DuckDB's buffers shrunk meanwhile as for ingest's nesting (``NEST_MEMORY_LIMIT``)."""
-    with memory_limit(con, NEST_MEMORY_LIMIT):
-        return _host_ranges(con, scope)
-
-
-def _host_ranges(con, scope: Scope) -> HostRanges:
+    each thread's ranges in one block) with int32 positions and a few arrays of every row at a
+    time; DuckDB's buffers are best shrunk meanwhile (``memory_limit``), as ``host`` does."""
     n, limit = con.execute("SELECT count(*), coalesce(max(rowid) + 1, 0) FROM cpu_ops").fetchone()
     inv = np.empty(n, np.int32)  # scan row -> position in the order
     kind = np.empty(n, np.int8)  # by scan row
@@ -455,6 +466,11 @@ def host(con, scope: Scope | None = None, top: int = 10) -> dict:
         ``timeline`` ([time_ns, length] points). Times in ns.
     """
     scope = scope or Scope()
+    with memory_limit(con, NEST_MEMORY_LIMIT):  # DuckDB's buffers shrunk beside the arrays, as ingest's nesting
+        return _host(con, scope, top)
+
+
+def _host(con, scope: Scope, top: int) -> dict:
     ranges = host_ranges(con, scope)
     windows = ranges.windows
     ranges.register(con)
@@ -558,7 +574,12 @@ def op_totals(con, scope: Scope | None = None) -> list[dict]:
         (as in ``host``), ``kernels`` and ``kernel_ns``: the kernels (and their GPU time) whose
         launching API call has the range as its innermost enclosing range of its kind.
     """
-    ranges = host_ranges(con, scope or Scope())
+    with memory_limit(con, NEST_MEMORY_LIMIT):
+        return _op_totals(con, scope or Scope())
+
+
+def _op_totals(con, scope: Scope) -> list[dict]:
+    ranges = host_ranges(con, scope)
     total, self_ns, counted = ranges.tables["cpu_ops"]
     inv, parent, a_parent = ranges.position, ranges.cpu_parent, ranges.api_parent
     n = len(parent)

@@ -21,6 +21,7 @@ Definitions (docs/design.md, "Host time and self time"):
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -246,6 +247,7 @@ class HostRanges:
         threads: (rank, pid, tid) of each thread with ``cpu_ops`` ranges, in the nesting order.
         key: int32 [cpu_ops rows], in scan order: thread index * (len(KINDS) + 1) + kind code,
             for grouping by thread and kind with an integer.
+        span_ns: rank -> first start to last end of its host ranges (ns).
     """
 
     windows: dict | None
@@ -255,6 +257,7 @@ class HostRanges:
     api_parent: np.ndarray
     threads: list[tuple]
     key: np.ndarray
+    span_ns: dict[int, int]
 
     def register(self, con) -> None:
         """Register ``_host_<table>`` (total_ns, self_ns, counted; cpu_ops also key), to join
@@ -278,10 +281,9 @@ _KIND_CODE_SQL = (
 _PIECE_SQL = f"SELECT rowid, id, start_ns, end_ns, ({_KIND_CODE_SQL})::TINYINT AS kind FROM cpu_ops WHERE rowid >= ? AND rowid < ?"
 _THREADS_SQL = "SELECT rank, pid, tid, min(id) AS lo, max(id) + 1 AS hi FROM cpu_ops GROUP BY ALL ORDER BY lo"
 _API_SQL = """
-SELECT a.rank, a.start_ns, a.end_ns, coalesce(t.lo, -1) AS lo, coalesce(t.hi, -1) AS hi
+SELECT a.rowid, a.rank, a.start_ns, a.end_ns, coalesce(t.lo, -1) AS lo, coalesce(t.hi, -1) AS hi
 FROM api_calls a LEFT JOIN _host_threads t
   ON a.rank = t.rank AND a.pid IS NOT DISTINCT FROM t.pid AND a.tid IS NOT DISTINCT FROM t.tid
-ORDER BY a.rowid
 """
 
 
@@ -299,23 +301,36 @@ def host_ranges(con, scope: Scope) -> HostRanges:
         at, rows = np.asarray(piece["id"], np.int64), np.asarray(piece["rowid"], np.int64)
         inv[rows], kind[rows] = at, piece["kind"]
         s[at], e[at] = piece["start_ns"], piece["end_ns"]
-    threads = con.execute(_THREADS_SQL).fetchnumpy()
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _host_threads AS {_THREADS_SQL}")
+    thread_rows = con.execute("SELECT * FROM _host_threads ORDER BY lo").fetchall()
+    threads = {k: np.array([row[i] for row in thread_rows], np.int64) for i, k in ((0, "rank"), (3, "lo"), (4, "hi"))}
     first = np.zeros(n, bool)
     first[threads["lo"]] = True
     thread = (np.cumsum(first, dtype=np.int32) - 1)[inv]  # by scan row: the thread's index in ``threads``
     parent, cut = nest_ranges(s, e, first)
     del first
-    con.register("_host_threads", threads)
     try:
-        api = {k: np.asarray(v) for k, v in con.execute(_API_SQL).fetchnumpy().items()}
+        fetched = con.execute(_API_SQL).fetchnumpy()
     finally:
-        con.unregister("_host_threads")
+        con.execute("DROP TABLE _host_threads")
+    api = {}
+    rows = np.asarray(fetched.pop("rowid"), np.int64)
+    for k, v in fetched.items():  # in scan order, for POSITIONAL JOIN
+        api[k] = np.empty(len(rows), np.int64)
+        api[k][rows] = v
+    del fetched, rows
     a_parent = attach_leaves(s, e, parent, api["lo"], api["hi"], api["start_ns"], api["end_ns"])
     a_cut = api["end_ns"].astype(np.int64)
     has = a_parent >= 0
     a_cut[has] = np.maximum(api["start_ns"][has], np.minimum(a_cut[has], cut[a_parent[has]]))
     windows = _windows(con, scope)
     blocks = list(zip(threads["rank"].tolist(), threads["lo"].tolist(), threads["hi"].tolist(), strict=True))
+    span: dict[int, list[int]] = {}  # rank -> [first start, last end] of its host ranges
+    for r, lo, hi in blocks:  # each thread's ranges start in order
+        _widen(span, r, int(s[lo]), int(e[lo:hi].max()))
+    for r in np.unique(api["rank"]).tolist():
+        mine = api["rank"] == r
+        _widen(span, r, int(api["start_ns"][mine].min()), int(api["end_ns"][mine].max()))
 
     def cpu_rank(lo, hi):
         for r, b_lo, b_hi in blocks:
@@ -353,14 +368,16 @@ def host_ranges(con, scope: Scope) -> HostRanges:
         inv,
         parent,
         a_parent,
-        [(int(r), p, t) for r, p, t in zip(threads["rank"], _ints(threads["pid"]), _ints(threads["tid"]), strict=True)],
+        [tuple(row[:3]) for row in thread_rows],
         thread * (len(KINDS) + 1) + kind,
+        {r: hi - lo for r, (lo, hi) in span.items()},
     )
 
 
-def _ints(column) -> list:
-    """A fetched integer column as Python ints, None where NULL."""
-    return [None if v is np.ma.masked else int(v) for v in column] if np.ma.isMaskedArray(column) else column.tolist()
+def _widen(span: dict, key, lo: int, hi: int) -> None:
+    """Widen ``span[key]`` ([lo, hi]) to hold lo..hi."""
+    have = span.setdefault(key, [lo, hi])
+    have[0], have[1] = min(have[0], lo), max(have[1], hi)
 
 
 # by thread and kind as one integer (``HostRanges.key``), then name: grouping by the VARCHAR
@@ -406,6 +423,15 @@ def _groups(*keys: np.ndarray):
     ends = np.append(starts[1:], len(order))
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
         yield tuple(int(k[a]) for k in sorted_keys), order[a:b]
+
+
+def _distinct_per(rank: np.ndarray, pid: np.ndarray, value: np.ndarray) -> dict[tuple, int]:
+    """(rank, pid) -> the number of distinct ``value``s among its rows."""
+    order = np.lexsort((value, pid, rank))
+    r, p, v = rank[order], pid[order], value[order]
+    new = np.ones(len(order), bool)
+    new[1:] = (r[1:] != r[:-1]) | (p[1:] != p[:-1]) | (v[1:] != v[:-1])
+    return dict(Counter(zip(r[new].tolist(), p[new].tolist(), strict=True)))
 
 
 def launch_queue(launch_ns: np.ndarray, start_ns: np.ndarray) -> dict:
@@ -507,12 +533,7 @@ def _host(con, scope: Scope, top: int) -> dict:
         key=lambda f: (-f["self_ns"], f["name"]),
     )
     if windows is None:
-        window_ns = dict(
-            con.execute(
-                "SELECT rank, max(e) - min(s) FROM (SELECT rank, start_ns AS s, end_ns AS e FROM cpu_ops "
-                "UNION ALL SELECT rank, start_ns, end_ns FROM api_calls) GROUP BY rank"
-            ).fetchall()
-        )
+        window_ns = ranges.span_ns
     else:
         window_ns = {r: int((we - ws).sum()) for r, (ws, we, _) in windows.items()}
     calls: dict[tuple, list[dict]] = {}
@@ -520,7 +541,7 @@ def _host(con, scope: Scope, top: int) -> dict:
         if kind in ("runtime", "driver"):
             calls.setdefault((r, p), []).append({"name": name, "count": int(n), "total_ns": int(total)})
     cols = {k: np.asarray(v, np.int64) for k, v in launched.items()}
-    launches = {key: len(np.unique(cols["correlation"][rows])) for key, rows in _groups(cols["rank"], cols["pid"])}
+    launches = _distinct_per(cols["rank"], cols["pid"], cols["correlation"])
     launch = []
     for (r, p), rows in sorted(calls.items(), key=lambda kv: (kv[0][0], kv[0][1] if kv[0][1] is not None else -1)):
         rows.sort(key=lambda c: (-c["total_ns"], c["name"]))

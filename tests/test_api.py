@@ -32,6 +32,10 @@ def test_dataframes_hold_the_analyze_values():
         assert len(t.syncs()) == len(doc["syncs"]) and t.steps().empty == (doc["steps"] == [])
         count = t.sql("SELECT count(*) FROM kernels").fetchall()[0][0]
         assert count == device["kernel_count"]
+        ops = t.host_ops()
+        (thread,) = doc["host"]["threads"]
+        assert ops.drop(columns=["rank", "pid", "tid"]).to_dict("records") == thread["ops"]
+        assert t.python_frames()["self_ns"].tolist() == [f["self_ns"] for f in doc["host"]["python_frames"]]
 
 
 def test_import_wanscope_loads_no_heavy_module():

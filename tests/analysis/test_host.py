@@ -12,6 +12,7 @@ from synthetic_traces import host, kernel, launch, write_trace
 
 from wanscope.analysis.host import host as analyze_host
 from wanscope.analysis.host import nest_ranges
+from wanscope.analysis.scope import Scope
 from wanscope.trace import open_traces
 
 US = 1000
@@ -84,6 +85,17 @@ def test_whole_trace_without_steps(tmp_path):
     assert ops["aten::copy_"]["self_ns"] == 25 * US and ops["aten::zeros"]["self_ns"] == 10 * US
     # linear 40 + __enter__ 3 + block 32 (its overlap with __enter__ counted once) + copy_ 25 + zeros 10
     assert th["busy_ns"] == sum(op["self_ns"] for op in th["ops"]) == 110 * US
+
+
+def test_a_step_range_selects_the_window(tmp_path):
+    # a second step 2000..2100 with one op: --step-range 2:3 counts only it
+    events = EVENTS + [host("ProfilerStep#2", 2000, 100, cat="user_annotation"), host("aten::add", 2010, 30)]
+    con = open_traces([write_trace(tmp_path / "t.json", events)])
+    (th,) = analyze_host(con, Scope((2, 3)), top=100)["threads"]
+    assert {op["name"]: op["self_ns"] for op in th["ops"]} == {"ProfilerStep#2": 70 * US, "aten::add": 30 * US}
+    assert th["busy_ns"] == 100 * US
+    (lo,) = analyze_host(con, Scope((1, 2)), top=100)["launch"]
+    assert (lo["window_ns"], lo["launches"]) == (100 * US, 2)
 
 
 def test_nesting_of_ranges_that_overlap_without_nesting():

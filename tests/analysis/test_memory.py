@@ -106,3 +106,23 @@ def test_memory_events_without_a_usable_total_or_device_are_counted(tmp_path):
     (m,) = doc["memory"]
     # the largest total, and the changes between totals as wide as they come without overflow
     assert (m["events"], m["peak_allocated_bytes"]) == (3, big)
+
+
+def test_the_h200_capture_of_a_dit_loop():
+    """tests/data/h200_wan21_1p3b_memory_steps.json.gz: ``wanscope profile --memory`` of
+    benchmarks/memory_trace_program.py on an H200 (2026-12-02, random weights). The peak is the
+    largest total the events report, read here apart from the ingest; the blocks live at the peak
+    add up to no more than it."""
+    import gzip
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "data" / "h200_wan21_1p3b_memory_steps.json.gz"
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    gpu = [e["args"] for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1]
+    doc = analyze(open_traces([path]))
+    (m,) = [m for m in doc["memory"] if m["device"] == 0]
+    assert m["events"] == len(gpu) == 9020
+    assert m["peak_allocated_bytes"] == max(a["Total Allocated"] for a in gpu)
+    assert m["peak_reserved_bytes"] == max(a["Total Reserved"] for a in gpu)
+    assert 0 < sum(row["bytes"] for row in m["at_peak"]) <= m["peak_allocated_bytes"]
+    assert [s["step"] for s in doc["steps"]] == [1, 2] and doc["host"]["window"] == "steps"

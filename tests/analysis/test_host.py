@@ -10,10 +10,11 @@ import pytest
 from shared_fixtures import REPO, SHARED_FIXTURES
 from synthetic_traces import host, kernel, launch, write_trace
 
+from wanscope.analysis.host import cut_ends
 from wanscope.analysis.host import host as analyze_host
-from wanscope.analysis.host import nest_ranges
 from wanscope.analysis.scope import Scope
 from wanscope.trace import open_traces
+from wanscope.trace.link import nest
 
 US = 1000
 
@@ -103,8 +104,9 @@ def test_nesting_of_ranges_that_overlap_without_nesting():
     # 4: exit 55..70, which closes range 2 and outlives it
     start = np.array([0, 10, 15, 30, 55])
     end = np.array([100, 20, 60, 40, 70])
-    parent, cut = nest_ranges(start, end, np.array([True, False, False, False, False]))
-    assert parent.tolist() == [-1, 0, 0, 2, 0]
+    ids, parent, depth = nest(np.zeros(5, np.int32), start, end)
+    assert (ids.tolist(), parent.tolist(), depth.tolist()) == ([0, 1, 2, 3, 4], [-1, 0, 0, 2, 0], [0, 1, 1, 2, 1])
+    cut = cut_ends(start, end, parent.astype(np.int32), np.array([True, False, False, False, False]))
     assert cut.tolist() == [100, 15, 55, 40, 70]
 
 

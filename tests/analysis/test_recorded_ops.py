@@ -17,7 +17,7 @@ STEPS = 4
 
 
 def record(path, extra_matmul: bool):
-    x, w = torch.randn(512, 512), torch.randn(512, 512)
+    x, w = torch.randn(1024, 1024), torch.randn(1024, 1024)
     schedule = torch.profiler.schedule(wait=1, warmup=1, active=STEPS)
     with torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule, with_stack=True

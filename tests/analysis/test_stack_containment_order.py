@@ -1,10 +1,10 @@
 """Call stacks are in containment order, outermost first: Python frames, ``record_function``
 ranges and aten ops merged by their times; at equal starts the longer range encloses, at
 equal start and end a ``record_function`` range is outside a Python frame. A
-``record_function`` range opens inside the Python call that enters it and outlives it, so
-the number of ranges open when it starts (its nesting depth) can exceed that of frames it
-contains: the stacks of our own H200 profile put ``wanscope/cfg/uncond`` inside the DiT's
-``forward`` and ``wanscope/block/ffn`` inside ``nn.Sequential``'s."""
+``record_function`` range opens inside the Python call that enters it and outlives it, so the
+ranges open at an instant are not one chain of ancestors: the stacks of our own H200 profile
+put ``wanscope/cfg/uncond`` inside the DiT's ``forward`` and ``wanscope/block/ffn`` inside
+``nn.Sequential``'s."""
 
 from __future__ import annotations
 
@@ -48,8 +48,9 @@ def launched(ts, corr, gpu_ts):
 
 
 # The H200 pattern, small: a range opened by two nested __enter__ calls that end soon after
-# it starts, then the module it contains. Nesting depths: main 0, the __enter__ frames 1 and
-# 2, the range 3 (three ranges open at its start), the module 2 (main and the range).
+# it starts, then the module it contains. Nesting by containment: main 0, the __enter__ frames
+# 1 and 2, the range 1 (main alone encloses it: the frames that opened it end first), the
+# module 2 (main and the range).
 # Equal starts: a range and a frame starting together, the longer outside; equal start and
 # end: a range and a frame with the same times, the range outside (the frame written first).
 EVENTS = [
@@ -96,15 +97,17 @@ def gap_stacks(events, tmp_path):
 def test_stack_containment_order(tmp_path, order):
     events = EVENTS if order == "as_written" else EVENTS[::-1]
     con, stacks = gap_stacks(events, tmp_path)
-    # the depths are as the comment says: depth alone would misorder the stack
+    # the depths are as the comment says: by containment, not by the ranges open at a start
     depth = dict(con.execute("SELECT name, depth FROM cpu_ops").fetchall())
-    assert (depth["wanscope/cfg/uncond"], depth["nn.Module: WanDiT_0"]) == (3, 2)
+    assert (depth["wanscope/cfg/uncond"], depth["nn.Module: WanDiT_0"]) == (1, 2)
+    assert (depth["ranges.py(10): __enter__"], depth["torch/autograd/profiler.py(700): __enter__"]) == (1, 2)
     assert stacks == [STACK]
 
 
 def test_stack_containment_order_names_the_innermost_frame_of_a_sync(tmp_path):
     """The frame of a sync is the innermost user frame by containment: here the outer frame
-    starts while two ``__enter__`` calls are open, so it is deeper than the frame inside it."""
+    starts while two ``__enter__`` calls are open and outlives them, so it is at the top beside
+    them, with the inner frame under it."""
     events = [
         py("a.py(1): f", 5, 1_000),
         py("ranges.py(10): __enter__", 0, 7),
@@ -118,7 +121,7 @@ def test_stack_containment_order_names_the_innermost_frame_of_a_sync(tmp_path):
     path.write_text(json.dumps({"traceEvents": events}))
     con = open_traces([path])
     depth = dict(con.execute("SELECT name, depth FROM cpu_ops").fetchall())
-    assert depth["a.py(1): f"] > depth["b.py(2): g"]
+    assert (depth["a.py(1): f"], depth["b.py(2): g"], depth["ranges.py(11): __enter__"]) == (0, 1, 0)
     ((frame, item),) = [(s["frame"], s["op"]) for s in analyze(con)["syncs"]]
     assert (frame, item) == ("b.py(2): g", "aten::item")
 

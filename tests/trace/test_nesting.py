@@ -1,7 +1,7 @@
-"""``link.nest`` against a direct reading of its definition: a sweep over start and end
-events per thread (ends before starts at equal times, except a zero-length range's own end,
-which follows the starts at its instant), on random ranges with ties, zero lengths,
-overlaps that do not nest, several threads and times near the int64 limit."""
+"""``link.nest`` against a direct reading of its definition: for every range, the ranges of its
+thread before it in the order (thread, start, end descending, tie) that end no earlier enclose
+it, the last of them is its parent, and its depth counts its ancestors; on random ranges with ties,
+zero lengths, overlaps that do not nest, several threads and times near the int64 limit."""
 
 from __future__ import annotations
 
@@ -12,25 +12,19 @@ from wanscope.trace.link import nest
 
 
 def sweep(thread, start, end):
-    """id, parent, depth by walking every thread's events in order (pure Python)."""
+    """id, parent, depth by comparing every pair (pure Python)."""
     n = len(start)
     order = sorted(range(n), key=lambda i: (thread[i], start[i], -end[i], i))
     ids = {i: k for k, i in enumerate(order)}
     depth, parent = [0] * n, [-1] * n
-    for t in set(thread):
-        members = [i for i in order if thread[i] == t]
-        events = []
-        for i in members:
-            events.append((start[i], 1, -end[i], ids[i], i, +1))
-            events.append((end[i], 2 if end[i] == start[i] else 0, -start[i], ids[i], i, -1))
-        level, open_at = 0, {}  # open_at[d]: the id of the last range that started at depth d
-        for _, _, _, _, i, delta in sorted(events):
-            if delta > 0:
-                d = max(level, 0)
-                depth[i] = d
-                parent[i] = open_at.get(d - 1, -1) if d > 0 else -1
-                open_at[d] = ids[i]
-            level += delta
+    for k, i in enumerate(order):
+        enclosing = [j for j in order[:k] if thread[j] == thread[i] and end[j] >= end[i]]
+        parent[i] = ids[enclosing[-1]] if enclosing else -1
+    for i in range(n):  # depth: the number of ancestors
+        p, d = parent[i], 0
+        while p >= 0:
+            d, p = d + 1, parent[order[p]]
+        depth[i] = d
     return [ids[i] for i in range(n)], parent, depth
 
 

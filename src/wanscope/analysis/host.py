@@ -5,13 +5,14 @@ Definitions (docs/design.md, "Host time and self time"):
 
 - Host ranges: ``cpu_ops`` (aten and other dispatcher ops, Python frames, ``record_function``
   and NVTX ranges) and ``api_calls`` (CUDA runtime and driver calls, kinds ``runtime`` and
-  ``driver``), nested per thread by ``nest_ranges``.
+  ``driver``), nested per thread by containment (``cpu_ops.parent_id``; an API call's parent is
+  the innermost range that encloses it: ``attach_leaves``).
 - Window: the union of the steps' CPU ranges per rank (the selected steps with a step range)
   when the trace has steps, else the whole trace. A range counts with the part of it inside
   the window (``total_ns``), and at all if any of it is inside (a zero-length one: if it lies
   inside).
 - Self time: ``self_ns``, the time in which the range is the innermost open on its thread
-  (``nest_ranges``); a thread's ``busy_ns`` is the sum of its ranges' self times, which is the
+  (``cut_ends``); a thread's ``busy_ns`` is the sum of its ranges' self times, which is the
   union of its outermost ranges inside the window.
 - Launches: API calls that share a correlation id with a kernel in their process. Launch
   queue per (rank, device): kernels launched (their API call started) but not yet started on
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from wanscope.analysis.scope import Scope
-from wanscope.trace.link import memory_limit
+from wanscope.trace.link import jump_back, memory_limit
 from wanscope.trace.load import NEST_MEMORY_LIMIT
 
 QUEUE_POINTS = 200
@@ -37,39 +38,31 @@ TOP_CALLS = 5
 CHUNK = 1 << 18  # rows per step of the passes that would otherwise hold temporaries of every row
 
 
-def nest_ranges(s: np.ndarray, e: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The parent of each host range and the end of the time in which it is the innermost range.
+def cut_ends(s: np.ndarray, e: np.ndarray, parent: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """The end of the time in which each host range is the innermost one open on its thread.
 
-    The ranges come sorted by (thread, start, end descending, tie), as ingest numbers them
-    (``cpu_ops.id``). The parent: the range on its thread that encloses it and started last,
-    as torch.profiler's own event tree (``key_averages``) picks it. Unlike a nesting by counting
-    open ranges, it stays right where ranges overlap without nesting, as a ``record_function``
-    range does that outlives the Python call that opened it. In that order a range's parent is
-    its previous greater-or-equal end on its thread, found by pointer jumping (each candidate
-    jumps to its own candidate while it ends earlier: everything in between ends earlier still),
-    in about log2 of the longest chain of vectorized rounds.
-
-    The cut end: where the next range under the same parent starts inside a range, the later
-    one is the innermost from there (a sampling profiler would see it on top of the stack), so
-    the earlier one is cut at that start; then each range is cut at its parent's cut end, never
-    before its own start, walking down only from the ranges that were cut. Ranges cut so nest
-    with disjoint siblings: self times computed from them are never negative and add up to the
-    union of the outermost ranges.
+    The ranges come sorted as ingest numbers them (``cpu_ops.id``: thread, start, end
+    descending), with their parents by containment (``cpu_ops.parent_id``, ``trace/link.py``).
+    Where the next range under the same parent starts inside a range (a ``record_function``
+    range that outlives the Python call that opened it, or the call that closes it), the later
+    one is the innermost from there, as a sampling profiler would see it on top of the stack:
+    the earlier one is cut at that start. Then each range is cut at its parent's cut end,
+    never before its own start, walking down only from the ranges that were cut. Ranges cut so
+    nest with disjoint siblings: self times computed from them are never negative and add up
+    to the union of the outermost ranges.
 
     Args:
         s, e: int64 [n], start and end (ns) in that order.
+        parent: int32 [n], the parent's position, -1 at the top.
         first: bool [n], True at each thread's first range.
 
     Returns:
-        (parent int32 [n], a position in the order or -1 at the top; cut end int64 [n], ns).
+        int64 [n], ns.
     """
     n = len(s)
-    cand = np.arange(-1, n - 1, dtype=np.int32)
-    cand[first] = -1
-    _jump_to_enclosing(cand, e, e)
     # siblings: same parent, or the top ranges of one thread; in order within each group
-    group = cand.copy()
-    top = np.flatnonzero(cand < 0)
+    group = parent.copy()
+    top = np.flatnonzero(parent < 0)
     group[top] = -1 - np.cumsum(first, dtype=np.int32)[top]
     sib = np.argsort(group, kind="stable").astype(np.int32)
     grouped = group[sib]
@@ -87,30 +80,12 @@ def nest_ranges(s: np.ndarray, e: np.ndarray, first: np.ndarray) -> tuple[np.nda
         lo = np.searchsorted(grouped, front, "left")
         hi = np.searchsorted(grouped, front, "right")
         kids = sib[_ranges(lo, hi)]
-        new = np.maximum(s[kids], np.minimum(cut[kids], cut[cand[kids]]))
+        new = np.maximum(s[kids], np.minimum(cut[kids], cut[parent[kids]]))
         moved = new < cut[kids]
         kids = kids[moved]
         cut[kids] = new[moved]
         front = np.unique(kids)
-    return cand, cut
-
-
-def _jump_to_enclosing(cand: np.ndarray, e: np.ndarray, need: np.ndarray, parent: np.ndarray | None = None) -> None:
-    """In place: move each candidate ``cand[i]`` (an index into ``e``, -1 for none) back until
-    ``e[cand[i]] >= need[i]``, jumping to ``parent`` of the candidate (default: the candidates'
-    own candidates, ``cand`` itself: pointer jumping)."""
-    up = cand if parent is None else parent
-    live = np.flatnonzero(cand >= 0).astype(np.int32)
-    at = cand[live]
-    keep = e[at] < need[live]
-    live, at = live[keep], at[keep]
-    while len(live):
-        at = up[at]
-        cand[live] = at
-        keep = at >= 0
-        live, at = live[keep], at[keep]
-        keep = e[at] < need[live]
-        live, at = live[keep], at[keep]
+    return cut
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -136,7 +111,7 @@ def attach_leaves(
     thread that encloses it and started last, -1 for none.
 
     Args:
-        s, e, parent: the ranges in ``nest_ranges``' order and their parents.
+        s, e, parent: the ranges in ingest's nesting order and their parents (``cut_ends``).
         block_lo, block_hi: int64 [m], the positions [lo, hi) of each leaf's thread's ranges
             (-1 where its thread has none).
         leaf_start, leaf_end: int64 [m], ns.
@@ -154,7 +129,7 @@ def attach_leaves(
         if lo >= 0:  # the last range of the thread starting at or before the leaf
             at = lo + np.searchsorted(s[lo:hi], leaf_start[mine], "right") - 1
             cand[mine] = np.where(at >= lo, at, -1)
-    _jump_to_enclosing(cand, e, leaf_end, parent)
+    jump_back(cand, e, leaf_end, parent)
     return cand
 
 
@@ -278,7 +253,10 @@ _KIND_CODE_SQL = (
     "CASE kind " + " ".join(f"WHEN '{k}' THEN {i}" for i, k in enumerate(KINDS)) + f" ELSE {len(KINDS)} END"
 )
 # rowid: the row's place in a scan, which POSITIONAL JOIN follows
-_PIECE_SQL = f"SELECT rowid, id, start_ns, end_ns, ({_KIND_CODE_SQL})::TINYINT AS kind FROM cpu_ops WHERE rowid >= ? AND rowid < ?"
+_PIECE_SQL = (
+    f"SELECT rowid, id, coalesce(parent_id, -1) AS parent, start_ns, end_ns, ({_KIND_CODE_SQL})::TINYINT AS kind "
+    "FROM cpu_ops WHERE rowid >= ? AND rowid < ?"
+)
 _THREADS_SQL = "SELECT rank, pid, tid, min(id) AS lo, max(id) + 1 AS hi FROM cpu_ops GROUP BY ALL ORDER BY lo"
 _API_SQL = """
 SELECT a.rowid, a.rank, a.start_ns, a.end_ns, coalesce(t.lo, -1) AS lo, coalesce(t.hi, -1) AS hi
@@ -288,7 +266,7 @@ FROM api_calls a LEFT JOIN _host_threads t
 
 
 def host_ranges(con, scope: Scope) -> HostRanges:
-    """Nest the host ranges of ``con`` (``nest_ranges``, API calls as leaves), cut them to the
+    """Attach the API calls to the host ranges of ``con`` as leaves, cut the ranges (``cut_ends``) and to the
     window and compute their self times. Works in ``cpu_ops.id`` order (ingest's nesting order:
     each thread's ranges in one block) with int32 positions and a few arrays of every row at a
     time; DuckDB's buffers are best shrunk meanwhile (``memory_limit``), as ``host`` does."""
@@ -296,18 +274,19 @@ def host_ranges(con, scope: Scope) -> HostRanges:
     inv = np.empty(n, np.int32)  # scan row -> position in the order
     kind = np.empty(n, np.int8)  # by scan row
     s, e = np.empty(n, np.int64), np.empty(n, np.int64)
+    parent = np.empty(n, np.int32)  # by position: the parent's position (ids are positions)
     for lo in range(0, limit, CHUNK):  # in pieces: DuckDB holds one piece's result at a time
         piece = con.execute(_PIECE_SQL, [lo, lo + CHUNK]).fetchnumpy()
         at, rows = np.asarray(piece["id"], np.int64), np.asarray(piece["rowid"], np.int64)
         inv[rows], kind[rows] = at, piece["kind"]
-        s[at], e[at] = piece["start_ns"], piece["end_ns"]
+        s[at], e[at], parent[at] = piece["start_ns"], piece["end_ns"], piece["parent"]
     con.execute(f"CREATE OR REPLACE TEMP TABLE _host_threads AS {_THREADS_SQL}")
     thread_rows = con.execute("SELECT * FROM _host_threads ORDER BY lo").fetchall()
     threads = {k: np.array([row[i] for row in thread_rows], np.int64) for i, k in ((0, "rank"), (3, "lo"), (4, "hi"))}
     first = np.zeros(n, bool)
     first[threads["lo"]] = True
     thread = (np.cumsum(first, dtype=np.int32) - 1)[inv]  # by scan row: the thread's index in ``threads``
-    parent, cut = nest_ranges(s, e, first)
+    cut = cut_ends(s, e, parent, first)
     del first
     try:
         fetched = con.execute(_API_SQL).fetchnumpy()

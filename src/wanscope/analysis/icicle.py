@@ -1,16 +1,10 @@
 """Host time as an icicle (flame) graph: identical stacks merged, small nodes pruned.
 
-Each host range (``cpu_ops``) sits under the innermost range of its thread that contains it;
-ranges with the same chain of names from the thread's root merge into one node whose time is
-the sum of their durations. Nodes under ``min_share`` of the total host time are pruned (their
-time stays in the parent's total).
-
-Host ranges do not always nest: with Python stacks recorded, a ``record_function`` range (a
-step, a CFG branch) opens inside the Python call that enters it (``record_function.__enter__``)
-and outlives it. ``cpu_ops.parent_id`` then names that call, which ended microseconds after the
-range began, and everything inside the range would hang under it; so the tree is built here
-from containment: the parent is the latest-starting range of the thread that is still open and
-ends no earlier than the child.
+Each host range (``cpu_ops``) sits under its parent, the innermost range of its thread that
+encloses it (``cpu_ops.parent_id``: containment, ``trace/link.py``); ranges with the same chain
+of names from the thread's root merge into one node whose time is the sum of their durations.
+Nodes under ``min_share`` of the total host time are pruned (their time stays in the parent's
+total).
 """
 
 from __future__ import annotations
@@ -18,29 +12,14 @@ from __future__ import annotations
 
 def icicle_nodes(con, min_share: float = 0.001) -> list[dict]:
     """Nodes ``id``, ``parent`` ("" at a thread root), ``label``, ``total_ns`` (inclusive)."""
-    rows = con.execute(
-        "SELECT name, rank, pid, tid, start_ns, end_ns, dur_ns FROM cpu_ops "
-        "ORDER BY rank, pid, tid, start_ns, end_ns DESC, id"
-    ).fetchall()
+    rows = con.execute("SELECT id, parent_id, name, rank, tid, dur_ns FROM cpu_ops ORDER BY id").fetchall()
     paths: dict[tuple, int] = {}
     labels: list[str] = []
     parents: list[int] = []
     totals: list[int] = []
-    thread = None
-    open_ranges: list[tuple[int, int]] = []  # (end_ns, path) of this thread's ranges, by start
-    for name, rank, pid, tid, start, end, dur in rows:
-        if (rank, pid, tid) != thread:
-            thread, open_ranges = (rank, pid, tid), []
-        parent_path = None
-        i = len(open_ranges) - 1
-        while i >= 0:
-            open_end, path = open_ranges[i]
-            if open_end <= start:  # ended before this one started (touching ranges are siblings)
-                del open_ranges[i]
-            elif open_end >= end:
-                parent_path = path
-                break
-            i -= 1  # overlaps this one's start but ends inside it: not a container
+    path_of: dict[int, int] = {}  # cpu_ops.id -> its node (a parent comes before its children)
+    for rid, parent_id, name, rank, tid, dur in rows:
+        parent_path = path_of.get(parent_id) if parent_id is not None else None
         if parent_path is None:
             root_key = ("root", rank, tid)
             parent_path = paths.get(root_key)
@@ -58,7 +37,7 @@ def icicle_nodes(con, min_share: float = 0.001) -> list[dict]:
             parents.append(parent_path)
             totals.append(0)
         totals[path] += dur
-        open_ranges.append((end, path))
+        path_of[rid] = path
     grand = sum(t for t, p in zip(totals, parents) if p == -1) or 1
     keep = [t >= min_share * grand for t in totals]
     for i, p in enumerate(parents):  # a node is kept only if its parent is

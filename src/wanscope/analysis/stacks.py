@@ -7,9 +7,10 @@ behind a gap").
 
 Host ranges open at one instant are ordered by containment, from their times alone: by
 start, the longer first at equal starts, and at equal start and end a ``record_function``
-or NVTX range outside a Python frame outside an aten op. Not by ``cpu_ops.depth``: a
-``record_function`` range opens inside the Python call that enters it and outlives it, so
-the depth of what runs inside the range counts that call (docs/design.md).
+or NVTX range outside a Python frame outside an aten op. Not by ``cpu_ops.depth``: the ranges
+open at an instant need not be one chain of ancestors (a ``record_function`` range opens
+inside the Python call that enters it and outlives it), while their times always order them
+(docs/design.md).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import numpy as np
 def nest(
     thread: np.ndarray, start: np.ndarray, end: np.ndarray, tie: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Nesting of host ranges by time on each thread.
+    """Nesting of host ranges by containment on each thread.
 
     Args:
         thread: int32 [n], the range's thread as an index (ranges of one thread share it);
@@ -36,65 +36,29 @@ def nest(
     Returns:
         (id, parent, depth), aligned with the inputs: ``id`` int64, the position in the
         order (thread, start, end descending, tie); ``parent`` int64, the id of the
-        innermost enclosing range on the same thread, -1 at the top; ``depth`` int32, 0 at
-        the top.
+        innermost enclosing range on the same thread, -1 at the top; ``depth`` int32, the
+        number of its ancestors (parent, parent's parent, ...), 0 at the top.
 
-    A range's depth is the number of ranges open on its thread when it starts: those that
-    started before it in the order above, less those that ended by then. At equal times
-    an end comes before a start (adjacent ranges are siblings), except the end of a
-    zero-length range, which comes after the starts at its instant. The parent is the last
-    range before it in the order one level up (the one still open). Sorting and binary
-    search only: O(n log n), no per-range Python.
+    A range encloses another when it starts no later and ends no earlier (a zero-length range
+    at another's end lies inside it; a range starting at another's end does not); the
+    innermost enclosing range is the one that started last, as torch.profiler's own event tree
+    (``key_averages``) picks it. Ranges need not nest: a ``record_function`` range opens inside
+    the Python call that enters it and outlives it; then the range's parent is what encloses
+    both, and the calls inside it are its children. In the order above the parent is the
+    previous range on the thread that ends no earlier (``previous_enclosing``). Vectorized:
+    a sort and pointer jumping, O(n log n), no per-range Python.
     """
     n = len(start)
     order = np.lexsort((-end, start, thread) if tie is None else (tie, -end, start, thread))
     del tie
-    th = thread[order].astype(np.int64)
-    s, e = start[order], end[order]
+    th, e = thread[order], end[order]
     del thread, start, end  # the caller hands its arrays over: memory stays ~6 arrays of n
-    # One sortable int64 key per end and per start: thread, then time, then the tie rule.
-    t0 = int(s.min())
-    span = 2 * (int(e.max()) - t0) + 2
-    if int(th[-1]) * span < (1 << 62):
-        e -= t0
-        s -= t0
-    else:  # times too far apart for one int64 key: their dense ranks keep the order
-        _, ranked = np.unique(np.concatenate((s, e)), return_inverse=True)
-        s, e = ranked[:n].copy(), ranked[n:].copy()
-        span = 2 * (int(ranked.max()) + 1) + 2
-        del ranked
-    th *= span
-    ends = 2 * e
-    ends += th
-    ends += e == s  # a zero-length range ends after the starts at its instant
-    ends.sort()
-    del e
-    s *= 2
-    s += th
-    s += 1
-    # Ends before each start, on its thread or an earlier one (those are all of the
-    # earlier threads' ranges); ranges that started before it likewise: the difference is
-    # how many are open.
-    depth = np.arange(n) - np.searchsorted(ends, s)
-    del ends, s
-    np.maximum(depth, 0, out=depth)
-    th //= span  # the thread again
-    # The parent: the last range before it one level up (key depth * n + position).
-    by_depth = depth * n
-    by_depth += np.arange(n)
-    by_depth.sort()
-    want = (depth - 1) * n
-    want += np.arange(n)
-    at = np.searchsorted(by_depth, want)
-    at -= 1
-    cand = by_depth[np.maximum(at, 0)]
-    cand -= (depth - 1) * n
-    del by_depth, want
-    found = (depth > 0) & (at >= 0)
-    del at
-    cand[~found] = 0
-    found &= th[cand] == th
-    cand[~found] = -1
+    first = np.ones(n, bool)
+    first[1:] = th[1:] != th[:-1]
+    del th
+    cand = previous_enclosing(e, first)
+    depth = _depths(e, first)
+    del e, first
     ids = np.empty(n, np.int64)
     ids[order] = np.arange(n)
     parent = np.empty(n, np.int64)
@@ -102,6 +66,65 @@ def nest(
     out_depth = np.empty(n, np.int32)
     out_depth[order] = depth
     return ids, parent, out_depth
+
+
+def previous_enclosing(e: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """For ranges sorted by (thread, start, end descending, tie): the position of each one's
+    innermost enclosing range, its previous greater-or-equal end on its thread, -1 for none.
+
+    Pointer jumping: each range's candidate starts at the range before it and jumps to that
+    candidate's own candidate while the candidate ends earlier (everything between them ends
+    earlier still), about log2 of the longest chain of vectorized rounds.
+
+    Args: ``e`` int64 [n] ends; ``first`` bool [n], True at each thread's first range.
+    Returns: int32 [n].
+    """
+    cand = np.arange(-1, len(e) - 1, dtype=np.int32)
+    cand[first] = -1
+    jump_back(cand, e, e)
+    return cand
+
+
+def jump_back(cand: np.ndarray, e: np.ndarray, need: np.ndarray, parent: np.ndarray | None = None) -> None:
+    """In place: move each candidate ``cand[i]`` (an index into ``e``, -1 for none) back until
+    ``e[cand[i]] >= need[i]``, jumping to ``parent`` of the candidate (default: the candidates'
+    own candidates, ``cand`` itself: pointer jumping)."""
+    up = cand if parent is None else parent
+    live = np.flatnonzero(cand >= 0).astype(np.int32)
+    at = cand[live]
+    keep = e[at] < need[live]
+    live, at = live[keep], at[keep]
+    while len(live):
+        at = up[at]
+        cand[live] = at
+        keep = at >= 0
+        live, at = live[keep], at[keep]
+        keep = e[at] < need[live]
+        live, at = live[keep], at[keep]
+
+
+def _depths(e: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """The number of ancestors of each range, in ``previous_enclosing``'s order: a range's
+    descendants are the ranges after it up to the first that ends later (or the thread's end),
+    so each range adds one to the depth of the positions in that block (a difference array);
+    the block's end is found by pointer jumping as in ``jump_back``, forwards. int32 [n]."""
+    n = len(e)
+    stop = np.flatnonzero(np.append(first[1:], True))  # each thread's last position
+    limit = np.repeat(stop + 1, np.diff(np.append(-1, stop)))  # one past its thread's last
+    nxt = np.arange(1, n + 1, dtype=np.int64)
+    live = np.flatnonzero(nxt < limit)
+    at = nxt[live]
+    keep = e[at] <= e[live]
+    live, at = live[keep], at[keep]
+    while len(live):
+        at = nxt[at]
+        nxt[live] = at
+        keep = at < limit[live]
+        live, at = live[keep], at[keep]
+        keep = e[at] <= e[live]
+        live, at = live[keep], at[keep]
+    change = np.bincount(np.arange(1, n + 1), minlength=n + 1) - np.bincount(nxt, minlength=n + 1)
+    return np.cumsum(change[:n]).astype(np.int32)
 
 
 _NEST_INPUT_SQL = """

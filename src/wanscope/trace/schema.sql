@@ -58,8 +58,8 @@ CREATE TABLE api_calls (
 
 CREATE TABLE cpu_ops (
   id BIGINT,                    -- -: unique row id within the database
-  parent_id BIGINT,             -- -: id of the innermost enclosing op on the same thread (NULL at the top)
-  depth INTEGER,                -- levels: 0 for a top-level op
+  parent_id BIGINT,             -- -: id of the innermost enclosing range on the same thread, the one that started last (NULL at the top)
+  depth INTEGER,                -- levels: the range's ancestors (parent, parent's parent, ...), 0 at the top
   kind VARCHAR,                 -- -: op (aten and other dispatcher ops), python (a frame), annotation (record_function), nvtx
   name VARCHAR,                 -- -: op name, Python frame "file.py(line): function", or range text
   rank INTEGER,                 -- -: distributed rank

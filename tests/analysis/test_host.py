@@ -10,8 +10,8 @@ import pytest
 from shared_fixtures import REPO, SHARED_FIXTURES
 from synthetic_traces import host, kernel, launch, write_trace
 
-from wanscope.analysis.host import cut_ends
 from wanscope.analysis.host import host as analyze_host
+from wanscope.analysis.host_ranges import cut_ends
 from wanscope.analysis.scope import Scope
 from wanscope.trace import open_traces
 from wanscope.trace.link import nest

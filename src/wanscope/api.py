@@ -21,11 +21,14 @@ class Trace:
 
     Raises (from the constructor):
         InputError: a file that is missing or is no trace it can read (the message names it).
+        ValueError: ``top`` not a positive int.
     """
 
     def __init__(self, paths, db: str | os.PathLike | None = None, step_range: str | None = None, top: int = 10):
         from wanscope.trace import open_traces
 
+        if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+            raise ValueError(f"top={top!r}: expected a positive int, the rows listed before 'other'")
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         self.con = open_traces([str(p) for p in paths], db=db)

@@ -7,6 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import synthetic_traces
 from test_host import _union_ns
 
 from wanscope.analysis.diff import diff, frame_key
@@ -63,7 +64,28 @@ def test_the_op_diff_names_the_extra_matmul_first(traces):
     assert (mm["base_kernels"], mm["new_kernels"]) == (0, 0)  # a CPU run launches no kernels
 
 
-def test_frames_match_across_edits():
+def test_frames_match_across_edits(tmp_path):
     assert frame_key("python", "m.py(12): f") == frame_key("python", "m.py(40): f") == "m.py: f"
     assert frame_key("python", "<built-in method x of T object at 0x7f00ab>") == "<built-in method x of T object>"
     assert frame_key("op", "aten::mm") == "aten::mm"
+
+    def frame(name, ts, dur):
+        return synthetic_traces.host(name, ts, dur, cat="python_function")
+
+    # m.py's f moved from line 12 to 40 (matched); two functions called forward (lines 5 and 9,
+    # then 6 and 10) stay apart, as frame_key would name each pair with one key
+    base = [frame("m.py(12): f", 1000, 10), frame("m.py(5): forward", 1020, 10), frame("m.py(9): forward", 1040, 30)]
+    new = [frame("m.py(40): f", 1000, 20), frame("m.py(6): forward", 1030, 10), frame("m.py(10): forward", 1050, 30)]
+    ops = diff(
+        *(
+            open_traces([synthetic_traces.write_trace(tmp_path / f"{k}.json", ev)])
+            for k, ev in (("b", base), ("n", new))
+        )
+    )["ops"]
+    assert (ops["window"], ops["common"], ops["appeared"], ops["disappeared"]) == ("trace", 1, 2, 2)
+    (f,) = [r for r in ops["top_changes"] if r["name"] == "m.py(12): f"]
+    assert (f["base_count"], f["new_count"], f["base_self_ns"], f["new_self_ns"]) == (1, 1, 10_000, 20_000)
+    assert sorted(r["name"] for r in ops["top_changes"] if r["base_count"] == 0) == [
+        "m.py(10): forward",
+        "m.py(6): forward",
+    ]

@@ -19,11 +19,12 @@ every number on one side equals what ``analyze`` reports for that trace. Definit
 - Kernels appeared / disappeared / changed are matched by ``name_norm`` over the whole trace
   (one spelling whichever tool demangled them: ``trace/names.py``), each listed by its name as
   BASE recorded it (NEW's where BASE has none).
-- Ops: the aten ops and Python frames of each trace over all threads, inside the steps (the
-  whole trace without steps), with count, self time and the kernels each launched
-  (``analysis.host.op_totals``); matched by kind and name, a Python frame without its line
-  number and object addresses (``frame_key``), so that edited code still matches; the largest
-  changes in self time first.
+- Ops: the aten ops and Python frames of each trace over all threads, inside the steps when
+  both traces have steps (else over the whole traces), with count, self time and the kernels
+  each launched (``analysis.host.op_totals``); matched by kind and name, then those left by a
+  Python frame's name without its line number and object addresses (``frame_key``) where that
+  names one frame on each side, so that edited code still matches; the largest changes in
+  self time first.
 """
 
 from __future__ import annotations
@@ -184,32 +185,39 @@ def frame_key(kind: str, name: str) -> str:
 
 
 def _op_changes(base_con, new_con, top: int) -> dict:
-    """Aten ops and Python frames matched by (kind, ``frame_key``), largest change in self time
-    first."""
-    sides = {}
-    for side, con in (("base", base_con), ("new", new_con)):
-        acc: dict[tuple, dict] = {}
-        for r in op_totals(con):
-            key = (r["kind"], frame_key(r["kind"], r["name"]))
-            a = acc.setdefault(key, {"name": r["name"], "count": 0, "self_ns": 0, "kernels": 0, "kernel_ns": 0})
-            for f in ("count", "self_ns", "kernels", "kernel_ns"):
-                a[f] += r[f]
-        sides[side] = acc
-    b, n = sides["base"], sides["new"]
-    zero = {"name": None, "count": 0, "self_ns": 0, "kernels": 0, "kernel_ns": 0}
+    """Aten ops and Python frames matched by kind and name, then, among those left, by kind and
+    ``frame_key`` where that key names one row on each side; largest change in self time first.
+    Over the steps when both traces have steps, else over the whole traces."""
+    with_steps = all(con.execute("SELECT count(*) FROM steps").fetchall()[0][0] for con in (base_con, new_con))
+    sides = [{(r["kind"], r["name"]): r for r in op_totals(con, steps=with_steps)} for con in (base_con, new_con)]
+    pairs = [(k, k) for k in sides[0].keys() & sides[1].keys()]
+    left = [sorted(side.keys() - sides[1 - i].keys()) for i, side in enumerate(sides)]
+    by_key = [{} for _ in sides]
+    for i, keys in enumerate(left):
+        for kind, name in keys:
+            by_key[i].setdefault((kind, frame_key(kind, name)), []).append((kind, name))
+    matched = set()
+    for key, base_keys in by_key[0].items():
+        new_keys = by_key[1].get(key, [])
+        if len(base_keys) == 1 and len(new_keys) == 1:
+            pairs.append((base_keys[0], new_keys[0]))
+            matched.update((base_keys[0], new_keys[0]))
+    pairs += [(k, None) for k in left[0] if k not in matched] + [(None, k) for k in left[1] if k not in matched]
+    zero = {"count": 0, "self_ns": 0, "kernels": 0, "kernel_ns": 0}
     rows = []
-    for key in set(b) | set(n):
-        x, y = b.get(key, zero), n.get(key, zero)
-        row = {"kind": key[0], "name": x["name"] or y["name"]}
+    for b, n in pairs:
+        x, y = sides[0].get(b, zero) if b else zero, sides[1].get(n, zero) if n else zero
+        row = {"kind": (b or n)[0], "name": (b or n)[1]}
         for f in ("count", "self_ns", "kernels", "kernel_ns"):
             row[f"base_{f}"], row[f"new_{f}"] = x[f], y[f]
         row["delta_self_ns"] = y["self_ns"] - x["self_ns"]
         rows.append(row)
     rows.sort(key=lambda r: (-abs(r["delta_self_ns"]), r["kind"], r["name"]))
     return {
-        "common": len(set(b) & set(n)),
-        "appeared": len(set(n) - set(b)),
-        "disappeared": len(set(b) - set(n)),
+        "window": "steps" if with_steps else "trace",
+        "common": sum(1 for b, n in pairs if b and n),
+        "appeared": sum(1 for b, _ in pairs if b is None),
+        "disappeared": sum(1 for _, n in pairs if n is None),
         "top_changes": rows[:top],
     }
 

@@ -22,6 +22,8 @@ from wanscope.trace.load import NEST_MEMORY_LIMIT
 
 TOP_CALLS = 5
 
+# by thread and kind as one integer (``HostRanges.key``), then name: grouping by the VARCHAR
+# kind beside the name took twice as long
 _OPS_SQL = """
 SELECT x.key, name, count(*) AS count, sum(total_ns) AS total_ns, sum(self_ns) AS self_ns
 FROM cpu_ops POSITIONAL JOIN _host_cpu_ops x WHERE counted GROUP BY x.key, name
@@ -32,9 +34,6 @@ FROM api_calls POSITIONAL JOIN _host_api_calls x WHERE counted GROUP BY ALL
 """
 
 
-# Each kernel with the launching API call inside the window: the call's process and
-# correlation id, when it started and, not before that, when the kernel started (a kernel
-# recorded as starting earlier is a clock artifact).
 def _top(rows: list[dict], top: int, keys: tuple[str, ...], **fixed) -> list[dict]:
     """The first ``top`` rows, then one ``other`` row summing ``keys`` over the rest (with
     the ``fixed`` fields)."""
@@ -67,6 +66,7 @@ def host(con, scope: Scope | None = None, top: int = 10) -> dict:
         ``timeline`` ([time_ns, length] points). Times in ns.
     """
     scope = scope or Scope()
+    scope.check(con)
     with memory_limit(con, NEST_MEMORY_LIMIT):  # DuckDB's buffers shrunk beside the arrays, as ingest's nesting
         return _host(con, scope, top)
 
@@ -109,19 +109,21 @@ def _host(con, scope: Scope, top: int) -> dict:
     )
     if windows is None:
         window_ns = ranges.span_ns
-    else:
-        window_ns = {r: int((we - ws).sum()) for r, (ws, we, _) in windows.items()}
+    else:  # a rank without steps counts its whole time
+        window_ns = {**ranges.span_ns, **{r: int((we - ws).sum()) for r, (ws, we, _) in windows.items()}}
     calls: dict[tuple, list[dict]] = {}
-    for r, p, _, kind, name, n, total, _ in ops:
+    api_self: dict[tuple, int] = {}  # (rank, pid) -> time in API calls (self times: nested calls once)
+    for r, p, _, kind, name, n, total, self_ns in ops:
         if kind in ("runtime", "driver"):
             calls.setdefault((r, p), []).append({"name": name, "count": int(n), "total_ns": int(total)})
+            api_self[(r, p)] = api_self.get((r, p), 0) + int(self_ns)
     cols = {k: np.asarray(v, np.int64) for k, v in launched.items()}
     launches = distinct_per(cols["rank"], cols["pid"], cols["correlation"])
     launch = []
     for (r, p), rows in sorted(calls.items(), key=lambda kv: (kv[0][0], kv[0][1] if kv[0][1] is not None else -1)):
         rows.sort(key=lambda c: (-c["total_ns"], c["name"]))
         w = int(window_ns.get(r) or 0)
-        api_ns, n_launches = sum(c["total_ns"] for c in rows), launches.get((r, p), 0)
+        api_ns, n_launches = api_self[(r, p)], launches.get((r, p), 0)
         launch.append(
             {
                 "rank": r,
@@ -148,13 +150,6 @@ def _host(con, scope: Scope, top: int) -> dict:
     }
 
 
-# Kernels per launching API call (its process and correlation id), by scan position
-_KERNELS_PER_CALL_SQL = """
-SELECT a.i, count(*), sum(k.dur_ns)
-FROM (SELECT row_number() OVER () - 1 AS i, rank, pid, correlation FROM api_calls) a
-JOIN kernels k ON k.rank = a.rank AND k.pid = a.pid AND k.correlation = a.correlation
-GROUP BY a.i
-"""
 _OP_TOTALS_SQL = """
 SELECT kind, name, count(*), sum(total_ns), sum(self_ns), sum(kernels), sum(kernel_ns)
 FROM (SELECT kind, name, x.* FROM cpu_ops POSITIONAL JOIN _host_op_totals x)
@@ -162,33 +157,43 @@ WHERE counted AND kind IN ('op', 'python') GROUP BY ALL
 """
 
 
-def op_totals(con, scope: Scope | None = None) -> list[dict]:
-    """Every aten op and Python frame of the trace, over all threads, inside the window.
+def op_totals(con, scope: Scope | None = None, steps: bool = True) -> list[dict]:
+    """Every aten op and Python frame of the trace, over all threads, inside the window
+    (``steps`` False: over the whole trace).
 
     Returns:
         Rows ``kind`` (``op`` or ``python``), ``name``, ``count``, ``total_ns``, ``self_ns``
         (as in ``host``), ``kernels`` and ``kernel_ns``: the kernels (and their GPU time) whose
-        launching API call has the range as its innermost enclosing range of its kind.
+        launching API call lies in the window and has the range as its innermost enclosing
+        range of its kind.
+
+    Raises:
+        UsageError: ``scope`` selects none of the trace's steps.
     """
+    scope = scope or Scope()
+    scope.check(con)
     with memory_limit(con, NEST_MEMORY_LIMIT):
-        return _op_totals(con, scope or Scope())
+        return _op_totals(con, scope, steps)
 
 
-def _op_totals(con, scope: Scope) -> list[dict]:
-    ranges = host_ranges(con, scope)
+def _op_totals(con, scope: Scope, steps: bool) -> list[dict]:
+    ranges = host_ranges(con, scope, steps)
     total, self_ns, counted = ranges.tables["cpu_ops"]
     inv, parent, a_parent = ranges.position, ranges.cpu_parent, ranges.api_parent
     n = len(parent)
     kind = np.empty(n, np.int8)  # by position
     kind[inv] = ranges.key % (len(KINDS) + 1)
-    launched = con.execute(_KERNELS_PER_CALL_SQL).fetchnumpy()
-    calls = np.asarray(launched["i"], np.int64)
-    n_kernels = np.asarray(launched["count_star()"], np.float64)
-    k_ns = np.asarray(launched["sum(k.dur_ns)"], np.float64)
+    ranges.register(con)
+    try:
+        launched = con.execute(LAUNCHED_SQL).fetchnumpy()
+    finally:
+        ranges.unregister(con)
+    calls = np.asarray(launched["call"], np.int64)  # one row per kernel: its launch's scan position
+    k_ns = np.asarray(launched["dur_ns"], np.float64)
     kernels = np.zeros(n)
     kernel_ns = np.zeros(n)
     for code in (KINDS.index("op"), KINDS.index("python")):
-        at = a_parent[calls].copy()
+        at = a_parent[calls]
         live = np.flatnonzero(at >= 0)
         live = live[kind[at[live]] != code]
         while len(live):  # up to the innermost enclosing range of this kind
@@ -196,7 +201,7 @@ def _op_totals(con, scope: Scope) -> list[dict]:
             live = live[at[live] >= 0]
             live = live[kind[at[live]] != code]
         ok = at >= 0
-        kernels += np.bincount(at[ok], weights=n_kernels[ok], minlength=n)
+        kernels += np.bincount(at[ok], minlength=n)
         kernel_ns += np.bincount(at[ok], weights=k_ns[ok], minlength=n)
     con.register(
         "_host_op_totals",

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 def icicle_nodes(con, min_share: float = 0.001) -> list[dict]:
     """Nodes ``id``, ``parent`` ("" at a thread root), ``label``, ``total_ns`` (inclusive)."""
-    rows = con.execute("SELECT id, parent_id, name, rank, tid, dur_ns FROM cpu_ops ORDER BY id").fetchall()
+    rows = con.execute("SELECT parent_id, name, rank, tid, dur_ns FROM cpu_ops ORDER BY id").fetchall()
     paths: dict[tuple, int] = {}
     labels: list[str] = []
     parents: list[int] = []
     totals: list[int] = []
-    path_of: dict[int, int] = {}  # cpu_ops.id -> its node (a parent comes before its children)
-    for rid, parent_id, name, rank, tid, dur in rows:
-        parent_path = path_of.get(parent_id) if parent_id is not None else None
+    path_of: list[int] = []  # by cpu_ops.id (0, 1, ... in this order): its node; a parent comes first
+    for parent_id, name, rank, tid, dur in rows:
+        parent_path = path_of[parent_id] if parent_id is not None else None
         if parent_path is None:
             root_key = ("root", rank, tid)
             parent_path = paths.get(root_key)
@@ -37,7 +37,7 @@ def icicle_nodes(con, min_share: float = 0.001) -> list[dict]:
             parents.append(parent_path)
             totals.append(0)
         totals[path] += dur
-        path_of[rid] = path
+        path_of.append(path)
     grand = sum(t for t, p in zip(totals, parents) if p == -1) or 1
     keep = [t >= min_share * grand for t in totals]
     for i, p in enumerate(parents):  # a node is kept only if its parent is

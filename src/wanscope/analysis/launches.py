@@ -14,10 +14,17 @@ import numpy as np
 
 QUEUE_POINTS = 200
 
+# Each kernel whose launching API call lies inside the window (``_host_api_calls``: the call's
+# ``counted`` and its scan position ``call``; of calls sharing a correlation id, as a driver
+# call inside a runtime call does, the first): the call's process and correlation id, when it
+# started and, not before that, when the kernel started (a kernel recorded as starting earlier
+# is a clock artifact), and the kernel's duration.
 LAUNCHED_SQL = """
-SELECT k.rank, a.pid, k.device, a.correlation, a.start_ns AS launch_ns, greatest(k.start_ns, a.start_ns) AS start_ns
-FROM (SELECT a.rank, a.pid, a.correlation, a.start_ns FROM api_calls a POSITIONAL JOIN _host_api_calls x
-      WHERE x.counted AND a.correlation IS NOT NULL) a
+SELECT k.rank, a.pid, k.device, a.correlation, a.call, a.start_ns AS launch_ns,
+       greatest(k.start_ns, a.start_ns) AS start_ns, k.dur_ns
+FROM (SELECT a.rank, a.pid, a.correlation, min(a.start_ns) AS start_ns, arg_min(x.call, a.start_ns) AS call
+      FROM api_calls a POSITIONAL JOIN _host_api_calls x
+      WHERE x.counted AND a.correlation IS NOT NULL GROUP BY a.rank, a.pid, a.correlation) a
 JOIN kernels k ON k.rank = a.rank AND k.pid = a.pid AND k.correlation = a.correlation
 """
 
@@ -60,9 +67,9 @@ def launch_queue(launch_ns: np.ndarray, start_ns: np.ndarray) -> dict:
     t, length = t[order], np.cumsum(d[order])
     t0, t1 = int(t[0]), int(t[-1])
     span = t1 - t0
-    area = int((length[:-1] * np.diff(t)).sum())
+    area = float((length[:-1] * np.diff(t).astype(np.float64)).sum())  # no int64 overflow on long spans
     points = max(1, min(QUEUE_POINTS, span))
-    bucket = np.minimum((t - t0) * points // max(span, 1), points - 1)
+    bucket = np.minimum(((t - t0) / max(span, 1) * points).astype(np.int64), points - 1)
     highest = np.zeros(points, np.int64)
     np.maximum.at(highest, bucket, length)
     last = np.full(points, -1, np.int64)

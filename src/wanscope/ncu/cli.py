@@ -13,6 +13,7 @@ from wanscope.errors import InputError, UsageError
 from wanscope.ncu.compare import Comparison, compare_reports, select_kernels
 from wanscope.ncu.diagnosis import Diagnosis, diagnose
 from wanscope.ncu.readers import read_report
+from wanscope.report.tables import DataTable
 
 SCHEMA_VERSION = 1
 
@@ -58,7 +59,6 @@ def _print_warning(line: str) -> None:
 
 
 def _render(d: Diagnosis) -> None:
-    from rich.table import Table
 
     console = make_console()
     k = d.kernel
@@ -67,7 +67,7 @@ def _render(d: Diagnosis) -> None:
     )
     console.print(f"verdict: [bold]{d.verdict}[/bold]")
     if d.facts:
-        table = Table("quantity", "value", show_header=False, box=None, pad_edge=False)
+        table = DataTable("quantity", "value", show_header=False, box=None, pad_edge=False)
         for key, label, fmt in _TABLE:
             v = d.facts.get(key)
             if v is not None:
@@ -79,7 +79,7 @@ def _render(d: Diagnosis) -> None:
         console.print(table)
     console.print(d.explanation, soft_wrap=False)
     if d.what_if:
-        table = Table("if registers per thread", "if block size", "theoretical occupancy", title="what if")
+        table = DataTable("if registers per thread", "if block size", "theoretical occupancy", title="what if")
         for row in d.what_if:
             table.add_row(
                 str(row["if_registers_per_thread"]), str(row["if_block_size"]), f"{row['occupancy_pct']:.2f}%"
@@ -89,7 +89,6 @@ def _render(d: Diagnosis) -> None:
 
 
 def _render_comparison(c: Comparison, a_name: str, b_name: str) -> None:
-    from rich.table import Table
 
     def cell(v):
         if v is None:
@@ -101,7 +100,7 @@ def _render_comparison(c: Comparison, a_name: str, b_name: str) -> None:
     console = make_console()
     console.print(f"A: kernel {c.a.kernel.id} {short_name(c.a.kernel.name)} ({a_name})")
     console.print(f"B: kernel {c.b.kernel.id} {short_name(c.b.kernel.name)} ({b_name})")
-    table = Table("metric", "A", "B", "B / A")
+    table = DataTable("metric", "A", "B", "B / A")
     for label, va, vb, ratio in c.rows:
         table.add_row(label, cell(va), cell(vb), "" if ratio is None else f"{ratio:.2f}x")
     console.print(table)

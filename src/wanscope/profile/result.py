@@ -10,12 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from wanscope.analysis.summary import analyze
 from wanscope.clitools import console as make_console
 from wanscope.profile.command import command_notes
 from wanscope.profile.command import title as command_title
+from wanscope.report.tables import DataTable, quoted
 from wanscope.report.text import render_analysis
 from wanscope.report.units import fmt_ns
 from wanscope.report.write import write_report
@@ -104,11 +104,11 @@ def render(result: dict, files: list[Path], console: Console | None = None) -> N
     run = result["run"]
     render_analysis(result, c)
     if "stage_wall_ns" in run:  # our engine's run (a COMMAND's has no stages)
-        t = Table("stage", "wall time", "peak memory", title="stages")
+        t = DataTable("stage", "wall time", "peak memory", title="stages")
         for stage, wall in run["stage_wall_ns"].items():
             t.add_row(stage, fmt_ns(wall), _bytes(run["peak_memory_bytes"].get(stage)))
         c.print(t)
-    c.print(f"[bold]{title(run)}[/bold]")
+    c.print(f"[bold]{quoted(title(run))}[/bold]")
     if run["note"]:
-        c.print(f"[bold yellow]{run['note']}[/bold yellow]")
-    c.print("wrote " + ", ".join(str(f) for f in files))
+        c.print(f"[bold yellow]{quoted(run['note'])}[/bold yellow]")
+    c.print("wrote " + quoted(", ".join(str(f) for f in files)))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Column, Table
+from rich.table import Column
 
 from wanscope.analysis.diff import BASES
 from wanscope.analysis.fused import KINDS
 from wanscope.clitools import console as make_console
+from wanscope.report.tables import DataTable, quoted, short_name
 from wanscope.report.units import fmt_ns, fmt_pct
 
 DEFINITIONS = (
@@ -16,12 +17,6 @@ DEFINITIONS = (
     "% = share of summed kernel time; deltas of shares are in percentage points (pp)."
 )
 TIME_LABELS = {basis: f"time ({words})" for basis, words in BASES.items()}
-
-
-def short_name(name: str, width: int = 90) -> str:
-    """A kernel name cut to ``width`` characters (C++ template names run to thousands)."""
-    name = name.removeprefix("void ")
-    return name if len(name) <= width else name[: width - 1] + "…"
 
 
 def signed_ns(ns) -> str:
@@ -52,11 +47,11 @@ def render_diff(result: dict, console: Console | None = None) -> None:
     changed, the ops whose self time changed most, the fused Triton kernels and the eager ops they replaced."""
     c = console or make_console()
     base, new = result["base"], result["new"]
-    c.print(f"[bold]BASE:[/bold] {base['label']}\n[bold]NEW:[/bold]  {new['label']}")
+    c.print(f"[bold]BASE:[/bold] {quoted(base['label'])}\n[bold]NEW:[/bold]  {quoted(new['label'])}")
     for w in result["warnings"]:
-        c.print(f"[yellow]warning: {w}[/yellow]")
+        c.print(f"[yellow]warning: {quoted(w)}[/yellow]")
     d = result["delta"]
-    t = Table("", "BASE", "NEW", "change", title="summary")
+    t = DataTable("", "BASE", "NEW", "change", title="summary")
     change = signed_ns(d["time_ns"])
     if d["time_change_pct"] is not None:
         change += f" ({d['time_change_pct']:+.2f}%)"
@@ -100,7 +95,7 @@ def render_diff(result: dict, console: Console | None = None) -> None:
         fused = [f for f in result["fused_kernels"] if f["trace"] == side]
         if not fused:
             continue
-        t = Table(
+        t = DataTable(
             Column("kernel", overflow="fold"),
             "kind",
             Column("ops", overflow="fold"),
@@ -123,7 +118,7 @@ def render_diff(result: dict, console: Console | None = None) -> None:
             )
         c.print(t)
         other = "BASE" if side == "new" else "NEW"
-        t = Table(
+        t = DataTable(
             "op",
             f"aten calls in {other}",
             f"aten calls in {side.upper()}",
@@ -143,7 +138,7 @@ def render_diff(result: dict, console: Console | None = None) -> None:
             )
         c.print(t)
     for note in result["notes"]:
-        c.print(f"[dim]{note}[/dim]")
+        c.print(f"[dim]{quoted(note)}[/dim]")
     c.print(f"[dim]{DEFINITIONS}[/dim]")
 
 
@@ -152,7 +147,7 @@ def _render_ops(ops: dict, c: Console) -> None:
     if not ops["top_changes"]:
         c.print("ops: neither trace recorded aten ops or Python frames on the host")
         return
-    t = Table(
+    t = DataTable(
         Column("op or Python frame", overflow="fold"),
         "kind",
         "calls",
@@ -185,7 +180,7 @@ def _render_kernels(result: dict, c: Console) -> None:
         f"({signed_pp(a['delta_pct'])})"
     )
 
-    t = Table("category", "BASE", "NEW", "change", "BASE %", "NEW %", "change", title="time by category")
+    t = DataTable("category", "BASE", "NEW", "change", "BASE %", "NEW %", "change", title="time by category")
     for r in result["categories"]:
         t.add_row(
             r["category"],
@@ -204,7 +199,7 @@ def _render_kernels(result: dict, c: Console) -> None:
         if not group["names"]:
             c.print(f"{title}: none")
             continue
-        t = Table(
+        t = DataTable(
             Column("kernel", overflow="fold"),
             "category",
             "launches",
@@ -216,7 +211,7 @@ def _render_kernels(result: dict, c: Console) -> None:
             t.add_row(short_name(r["name"]), r["category"], f"{r['count']:,}", fmt_ns(r["total_ns"]), fmt_pct(r["pct"]))
         c.print(t)
     if k["top_changes"]:
-        t = Table(
+        t = DataTable(
             Column("kernel", overflow="fold"),
             "category",
             "BASE",

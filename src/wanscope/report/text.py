@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
 from wanscope.clitools import console as make_console
+from wanscope.report.tables import DataTable, quoted, short_name
 from wanscope.report.units import fmt_bytes, fmt_ns, fmt_pct
 
 DEFINITIONS = (
@@ -24,20 +24,15 @@ STACK_FRAMES_SHOWN = 8
 HOST_THREADS_SHOWN = 4  # the busiest threads, those with a tenth of the busiest's time or more
 
 
-def _short(name: str, width: int = 90) -> str:
-    name = name.removeprefix("void ")
-    return name if len(name) <= width else name[: width - 1] + "…"
-
-
 def render_analysis(result: dict, console: Console | None = None, used: str | None = None) -> None:
     """Print the analysis summary: per device utilization, categories, top kernels, gaps
     with the stack behind the largest, then syncs, steps, the host side, memory, the ``ranks`` section (with several
     ranks) and warnings."""
     c = console or make_console()
     if used:
-        c.print(f"[bold]trace:[/bold] {used}", soft_wrap=True)  # a path is not cut at the width
+        c.print(f"[bold]trace:[/bold] {quoted(used)}", soft_wrap=True)  # a path is not cut at the width
     for note in result["notes"]:
-        c.print(f"[yellow]{note}[/yellow]")
+        c.print(f"[yellow]{quoted(note)}[/yellow]")
     paths = [src["path"] for src in result["sources"]]
     for d in result["devices"]:
         label = f"rank {d['rank']} · device {d['device']}"
@@ -51,7 +46,7 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
             f"(kernel-only busy {fmt_ns(d['kernel_busy_ns'])}) · "
             f"{d['memop_count']:,} memory ops, {fmt_ns(d['memop_time_ns'])}"
         )
-        t = Table("category", "count", "time", "% of kernel time", title="time by category")
+        t = DataTable("category", "count", "time", "% of kernel time", title="time by category")
         for row in d["categories"]:
             t.add_row(row["category"], f"{row['count']:,}", fmt_ns(row["total_ns"]), fmt_pct(row["pct"]))
         c.print(t)
@@ -63,10 +58,10 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
                 f"{fmt_ns(comm['overlap_ns'])} ({fmt_pct(comm['overlap_pct'])}) · "
                 f"exposed {fmt_ns(comm['exposed_communication_ns'])}"
             )
-        t = Table("kernel", "count", "total", "mean", "%", title="top kernels")
+        t = DataTable("kernel", "count", "total", "mean", "%", title="top kernels")
         for row in d["top_kernels"]:
             t.add_row(
-                _short(row["name"]),
+                short_name(row["name"]),
                 f"{row['count']:,}",
                 fmt_ns(row["total_ns"]),
                 fmt_ns(row["mean_ns"]),
@@ -74,7 +69,7 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
             )
         c.print(t)
         if d.get("fused_kernels"):
-            t = Table(
+            t = DataTable(
                 "fused Triton kernel",
                 "kind",
                 "ops (from the name; Inductor may list only some)",
@@ -86,7 +81,7 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
             for k in d["fused_kernels"]:
                 ops = ", ".join(k["ops"]) + (f" (+ unmatched: {', '.join(k['unmatched'])})" if k["unmatched"] else "")
                 t.add_row(
-                    _short(k["name"], 60),
+                    short_name(k["name"], 60),
                     k["kind"] or "-",
                     ops,
                     f"{k['count']:,}",
@@ -97,18 +92,18 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
         g = d["gaps"]
         hist = ", ".join(f"{k}: {v['count']}" for k, v in g["histogram"].items())
         c.print(f"idle gaps: {g['count']:,} totalling {fmt_ns(g['total_ns'])} ({hist})")
-        t = Table("gap", "ends at (next_op)", "launched from (innermost frames last)", title="largest idle gaps")
+        t = DataTable("gap", "ends at (next_op)", "launched from (innermost frames last)", title="largest idle gaps")
         for gap in g["largest"]:
             stack = gap["stack"][-STACK_FRAMES_SHOWN:]
             more = len(gap["stack"]) - len(stack)
             t.add_row(
                 fmt_ns(gap["dur_ns"]),
-                _short(gap["next_op"]["name"], 50),
+                short_name(gap["next_op"]["name"], 50),
                 (f"… {more} outer frames\n" if more else "") + "\n".join(stack),
             )
         c.print(t)
     if result["syncs"]:
-        t = Table("kind", "rank", "api", "op", "frame", "wait", "GPU idle after", title="host-device syncs")
+        t = DataTable("kind", "rank", "api", "op", "frame", "wait", "GPU idle after", title="host-device syncs")
         for s in result["syncs"]:
             t.add_row(
                 s["kind"],
@@ -123,7 +118,7 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
     else:
         c.print("host-device syncs: none")
     if result["steps"]:
-        t = Table("rank", "step", "CPU time", "GPU time", title="steps")
+        t = DataTable("rank", "step", "CPU time", "GPU time", title="steps")
         for s in result["steps"]:
             t.add_row(str(s["rank"]), str(s["step"]), fmt_ns(s["cpu_dur_ns"]), fmt_ns(s["gpu_dur_ns"]))
         c.print(t)
@@ -135,7 +130,7 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
             f"memory, rank {m['rank']} · {where}: peak allocated {fmt_bytes(m['peak_allocated_bytes'])} "
             f"· peak reserved {fmt_bytes(m['peak_reserved_bytes'])} · {m['events']:,} events"
         )
-        t = Table("allocated by (outermost aten op)", "live at the peak", "blocks", title="memory held at the peak")
+        t = DataTable("allocated by (outermost aten op)", "live at the peak", "blocks", title="memory held at the peak")
         for row in m["at_peak"]:
             t.add_row(row["name"], fmt_bytes(row["bytes"]), f"{row['blocks']:,}")
         c.print(t)
@@ -157,7 +152,7 @@ def render_host(h: dict, c: Console) -> None:
     busiest = threads[0]["busy_ns"] if threads else 0
     shown = [t for t in threads[:HOST_THREADS_SHOWN] if t["busy_ns"] >= busiest / 10]
     for th in shown:
-        t = Table(
+        t = DataTable(
             "op",
             "kind",
             "count",
@@ -169,7 +164,7 @@ def render_host(h: dict, c: Console) -> None:
         )
         for op in th["ops"]:
             t.add_row(
-                _short(op["name"], 70),
+                short_name(op["name"], 70),
                 op["kind"] or "-",
                 f"{op['count']:,}",
                 fmt_ns(op["total_ns"]),
@@ -178,14 +173,14 @@ def render_host(h: dict, c: Console) -> None:
             )
         c.print(t)
     if len(threads) > len(shown):
-        c.print(f"host: {len(threads) - len(shown)} more thread(s) in --format json")
+        c.print(f"host: {len(threads) - len(shown)} more thread(s) in the JSON (analyze --format json, report.json)")
     if h["python_frames"]:
-        t = Table("Python frame", "count", "total", "self", title="Python frames with most self time")
+        t = DataTable("Python frame", "count", "total", "self", title="Python frames with most self time")
         for f in h["python_frames"]:
-            t.add_row(_short(f["name"], 80), f"{f['count']:,}", fmt_ns(f["total_ns"]), fmt_ns(f["self_ns"]))
+            t.add_row(short_name(f["name"], 80), f"{f['count']:,}", fmt_ns(f["total_ns"]), fmt_ns(f["self_ns"]))
         c.print(t)
     for row in h["launch"]:
-        calls = ", ".join(f"{x['name']} {fmt_ns(x['total_ns'])}" for x in row["top_calls"])
+        calls = quoted(", ".join(f"{x['name']} {fmt_ns(x['total_ns'])}" for x in row["top_calls"]))
         rate = "-" if row["launches_per_s"] is None else f"{row['launches_per_s']:,.0f}/s"
         c.print(
             f"launch overhead, rank {row['rank']} · pid {row['pid']}: CUDA API {fmt_ns(row['api_ns'])} in "
@@ -205,7 +200,7 @@ def render_ranks(ranks: dict, console: Console) -> None:
     c = console
     c.rule("ranks")
     if ranks["communication"]:
-        t = Table(
+        t = DataTable(
             "rank",
             "device",
             "comm kernels",
@@ -233,7 +228,7 @@ def render_ranks(ranks: dict, console: Console) -> None:
     else:
         c.print("communication vs compute per rank: no GPU kernels in the traces (it needs CUDA activities)")
     if ranks["steps"]:
-        t = Table(
+        t = DataTable(
             "step",
             "basis",
             "rank",

@@ -46,7 +46,8 @@ def nest(
     the Python call that enters it and outlives it; then the range's parent is what encloses
     both, and the calls inside it are its children. In the order above the parent is the
     previous range on the thread that ends no earlier (``previous_enclosing``). Vectorized:
-    a sort and pointer jumping, O(n log n), no per-range Python.
+    a sort and pointer jumping, no per-range Python. Unlike torch.profiler's tree, a
+    zero-length range at another's end lies inside it (torch starts a new sibling there).
     """
     n = len(start)
     order = np.lexsort((-end, start, thread) if tie is None else (tie, -end, start, thread))
@@ -57,8 +58,8 @@ def nest(
     first[1:] = th[1:] != th[:-1]
     del th
     cand = previous_enclosing(e, first)
-    depth = _depths(e, first)
     del e, first
+    depth = _depths(cand)
     ids = np.empty(n, np.int64)
     ids[order] = np.arange(n)
     parent = np.empty(n, np.int64)
@@ -74,7 +75,8 @@ def previous_enclosing(e: np.ndarray, first: np.ndarray) -> np.ndarray:
 
     Pointer jumping: each range's candidate starts at the range before it and jumps to that
     candidate's own candidate while the candidate ends earlier (everything between them ends
-    earlier still), about log2 of the longest chain of vectorized rounds.
+    earlier still): vectorized rounds, as many as the deepest climb from a range's previous
+    range up to its parent.
 
     Args: ``e`` int64 [n] ends; ``first`` bool [n], True at each thread's first range.
     Returns: int32 [n].
@@ -103,28 +105,19 @@ def jump_back(cand: np.ndarray, e: np.ndarray, need: np.ndarray, parent: np.ndar
         live, at = live[keep], at[keep]
 
 
-def _depths(e: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """The number of ancestors of each range, in ``previous_enclosing``'s order: a range's
-    descendants are the ranges after it up to the first that ends later (or the thread's end),
-    so each range adds one to the depth of the positions in that block (a difference array);
-    the block's end is found by pointer jumping as in ``jump_back``, forwards. int32 [n]."""
-    n = len(e)
-    stop = np.flatnonzero(np.append(first[1:], True))  # each thread's last position
-    limit = np.repeat(stop + 1, np.diff(np.append(-1, stop)))  # one past its thread's last
-    nxt = np.arange(1, n + 1, dtype=np.int64)
-    live = np.flatnonzero(nxt < limit)
-    at = nxt[live]
-    keep = e[at] <= e[live]
-    live, at = live[keep], at[keep]
+def _depths(parent: np.ndarray) -> np.ndarray:
+    """The number of ancestors of each node of a forest given by ``parent`` (-1 at a root):
+    pointer doubling, each node adding the distance its ancestor pointer has covered, in
+    log2 of the depth rounds. int32 [n]."""
+    depth = (parent >= 0).astype(np.int32)
+    anc = parent.copy()
+    live = np.flatnonzero(anc >= 0)
     while len(live):
-        at = nxt[at]
-        nxt[live] = at
-        keep = at < limit[live]
-        live, at = live[keep], at[keep]
-        keep = e[at] <= e[live]
-        live, at = live[keep], at[keep]
-    change = np.bincount(np.arange(1, n + 1), minlength=n + 1) - np.bincount(nxt, minlength=n + 1)
-    return np.cumsum(change[:n]).astype(np.int32)
+        a = anc[live]
+        depth[live] += depth[a]  # before the jump: the distance from a to its own ancestor
+        anc[live] = anc[a]
+        live = live[anc[live] >= 0]
+    return depth
 
 
 _NEST_INPUT_SQL = """

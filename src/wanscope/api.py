@@ -37,11 +37,15 @@ class Trace:
         self._top = top
 
     def sql(self, query: str):
-        """A DuckDB relation of ``query`` on the canonical tables (``wanscope schema`` lists them):
-        ``.df()`` for pandas, ``.arrow()`` and ``.pl()`` where pyarrow or polars are installed.
-        Each call has a cursor of its own, so relations can be read in any order."""
+        """A DuckDB relation of ``query`` on the canonical tables and the SQL macros the analyses
+        build on (``wanscope schema`` lists both; docs/sql.md the macros): ``.df()`` for pandas,
+        ``.arrow()`` and ``.pl()`` where pyarrow or polars are installed. Each call has a cursor
+        of its own, so relations can be read in any order."""
+        from wanscope.analysis.stdlib import create_macros
+
         cursor = self.con.cursor()
         cursor.execute(f'USE "{self._catalog}"')  # where the tables are (a cursor starts elsewhere)
+        create_macros(cursor)  # TEMP macros belong to one connection, and a cursor is another
         return cursor.sql(query)
 
     @cached_property

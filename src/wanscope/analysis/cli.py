@@ -87,12 +87,13 @@ FETCH_ROWS = 10_000
 @click.argument("sql")
 @format_option("table", "csv", "json")
 def query(trace, sql, fmt):
-    """Run SQL on the canonical tables of TRACE (see `wanscope schema`).
+    """Run SQL on the canonical tables of TRACE and the SQL macros the analyses build
+    on, such as gpu_activity() and busy_islands() (see `wanscope schema`).
 
     TRACE is a trace file, a directory of rank files or a database kept with --db.
-    The SQL sees those tables only: no files, network, extensions or settings. Several
-    statements run in order; the last one's rows are printed. JSON output is a list of
-    row objects."""
+    The SQL sees those tables and macros only: no files, network, extensions or
+    settings. Several statements run in order; the last one's rows are printed. JSON
+    output is a list of row objects."""
     con = _open([trace], None)
     for statement in SANDBOX_SQL:
         con.execute(statement)
@@ -125,7 +126,10 @@ def query(trace, sql, fmt):
 
 
 def schema_rows() -> list[tuple[str, str, str, str, str]]:
-    """(table, column, type, unit, description) for every column of ``schema.sql``."""
+    """(table, column, type, unit, description) for every column of ``schema.sql``, then for
+    every output column of the table macros of ``analysis/stdlib.sql`` (``table`` is the call,
+    e.g. ``busy_islands(step_from, step_to)``)."""
+    from wanscope.analysis.stdlib import macro_rows
     from wanscope.trace.load import schema_sql
 
     rows, table = [], None
@@ -137,11 +141,12 @@ def schema_rows() -> list[tuple[str, str, str, str, str]]:
         m = re.match(r"\s+(\w+) ([A-Z\[\]0-9]+),?\s+-- ([^:]+): (.*)", line)
         if m and table:
             rows.append((table, m.group(1), m.group(2), m.group(3).strip(), m.group(4).strip()))
-    return rows
+    return rows + macro_rows()
 
 
 @click.command()
 @format_option("table", "csv", "json")
 def schema(fmt):
-    """Print every table and column of the canonical trace schema with its unit."""
+    """Print every table and column of the canonical trace schema with its unit, then the
+    columns of the SQL macros the analyses build on (gpu_activity(), busy_islands(), ...)."""
     write_rows(["table", "column", "type", "unit", "description"], schema_rows(), fmt)

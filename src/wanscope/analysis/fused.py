@@ -171,7 +171,7 @@ def parse_kernel_name(name: str) -> KernelName | None:
 
 
 _FUSED_SQL = """
-{ctes},
+WITH activity AS (FROM gpu_activity({args})),
 tk AS (
   SELECT row_number() OVER () AS kid, rank, device, name, dur_ns, correlation, pid
   FROM activity WHERE kind = 'kernel' AND starts_with(name, '{prefix}')),
@@ -231,7 +231,7 @@ def fused_kernels(con, scope: Scope | None = None, per_device: bool = True) -> d
     keys = "rank, device," if per_device else ""
     join_totals = "JOIN totals USING (rank, device)" if per_device else "CROSS JOIN totals"
     sql = _FUSED_SQL.format(
-        ctes=(scope or Scope()).ctes(),
+        args=(scope or Scope()).args,
         prefix=PREFIX,
         keys=keys,
         join_totals=join_totals,

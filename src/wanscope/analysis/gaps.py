@@ -7,7 +7,7 @@ Histogram bins (ns): <1 us, 1-10 us, 10-100 us, 0.1-1 ms, >=1 ms.
 
 from __future__ import annotations
 
-from wanscope.analysis.scope import GROUPED_SQL, ISLANDS_OF, Scope
+from wanscope.analysis.scope import Scope
 from wanscope.analysis.stacks import launch_stack
 
 BINS = (
@@ -27,24 +27,16 @@ def idle_gaps(con, scope: Scope, largest: int, min_gap_ns: int = 0) -> dict[tupl
     bins = " ".join(
         f"WHEN dur_ns >= {lo}" + (f" AND dur_ns < {hi}" if hi else "") + f" THEN '{label}'" for label, lo, hi in BINS
     )
-    # The activity's times with their island numbers, computed once (a temporary table: the
-    # window passes are the cost); then the gaps between islands, binned and ranked.
+    # The gaps (the macro idle_gaps), computed once: a temporary table, since the islands'
+    # window passes are the cost; then binned, and ranked.
     con.execute(
-        f"CREATE OR REPLACE TEMP TABLE _grouped_activity AS {scope.ctes()}, {GROUPED_SQL} SELECT * FROM _grouped"
+        "CREATE OR REPLACE TEMP TABLE _idle_gaps AS "
+        f"SELECT * FROM idle_gaps({scope.args}) WHERE dur_ns >= {int(min_gap_ns)}"
     )
-    gaps = f"""
-    {scope.ctes()},
-    islands AS ({ISLANDS_OF.format("_grouped_activity")}),
-    holes AS (
-      SELECT rank, device, end_ns AS start_ns,
-             lead(start_ns) OVER w - end_ns AS dur_ns, lead(island) OVER w AS next_island
-      FROM islands WINDOW w AS (PARTITION BY rank, device ORDER BY island)),
-    gaps AS (SELECT * FROM holes WHERE next_island IS NOT NULL AND dur_ns > 0 AND dur_ns >= {int(min_gap_ns)})
-    """
     out: dict[tuple, dict] = {}
     try:
         for rank, device, label, n, total in con.execute(
-            gaps + f"SELECT rank, device, CASE {bins} END AS bin, count(*), sum(dur_ns) FROM gaps GROUP BY ALL"
+            f"SELECT rank, device, CASE {bins} END AS bin, count(*), sum(dur_ns) FROM _idle_gaps GROUP BY ALL"
         ).fetchall():
             entry = out.setdefault(
                 (rank, device),
@@ -61,21 +53,18 @@ def idle_gaps(con, scope: Scope, largest: int, min_gap_ns: int = 0) -> dict[tupl
         first = "(g.start_ns, g.kind <> 'kernel', g.correlation)"  # kernels first at equal starts
         # The ops that end a gap are those of its device that start when it ends: all of
         # them in the next island (islands are the union's maximal intervals).
-        rows = con.execute(
-            gaps
-            + f"""
-            , ranked AS (
-              SELECT * FROM gaps
+        rows = con.execute(f"""
+            WITH ranked AS (
+              SELECT * FROM _idle_gaps
               QUALIFY row_number() OVER (PARTITION BY rank, device ORDER BY dur_ns DESC, start_ns) <= {int(largest)})
             SELECT r.rank, r.device, r.start_ns, r.dur_ns, arg_min(g.name, {first}), arg_min(g.kind, {first}),
                    arg_min(g.correlation, {first}), arg_min(g.stream, {first}), arg_min(g.pid, {first})
-            FROM ranked r JOIN activity g
-              ON g.rank = r.rank AND g.device = r.device AND g.start_ns = r.start_ns + r.dur_ns
+            FROM ranked r JOIN gpu_activity({scope.args}) g
+              ON g.rank = r.rank AND g.device = r.device AND g.start_ns = r.end_ns
             GROUP BY ALL ORDER BY r.rank, r.device, r.dur_ns DESC, r.start_ns
-        """
-        ).fetchall()
+        """).fetchall()
     finally:
-        con.execute("DROP TABLE IF EXISTS _grouped_activity")
+        con.execute("DROP TABLE IF EXISTS _idle_gaps")
     for rank, device, start, dur, name, kind, corr, stream, pid in rows:
         launch, stack = launch_stack(con, rank, pid, corr)
         out[(rank, device)]["largest"].append(

@@ -20,10 +20,9 @@ def top_kernels(con, scope: Scope, top: int) -> dict[tuple, list[dict]]:
     ``min_ns``, ``max_ns``, ``pct``.
     """
     sql = f"""
-    {scope.ctes()},
-    per_name AS (
+    WITH per_name AS (
       SELECT rank, device, name, count(*) AS n, sum(dur_ns) AS total, min(dur_ns) AS lo, max(dur_ns) AS hi
-      FROM activity WHERE kind = 'kernel' GROUP BY ALL),
+      FROM gpu_activity({scope.args}) WHERE kind = 'kernel' GROUP BY ALL),
     ranked AS (
       SELECT *, row_number() OVER (PARTITION BY rank, device ORDER BY total DESC, name) AS pos,
              sum(total) OVER (PARTITION BY rank, device) AS all_total
@@ -72,10 +71,9 @@ def categories(con, scope: Scope) -> dict[tuple, list[dict]]:
     """(rank, device) -> rows ``category``, ``count``, ``total_ns``, ``pct`` (kernel
     categories first, by time; then memory-operation categories with ``pct`` None)."""
     sql = f"""
-    {scope.ctes()}
     SELECT rank, device, category, kind = 'kernel' AS is_kernel, count(*) AS n, sum(dur_ns) AS total,
            sum(sum(dur_ns) FILTER (kind = 'kernel')) OVER (PARTITION BY rank, device) AS kernel_total
-    FROM activity GROUP BY rank, device, category, kind = 'kernel'
+    FROM gpu_activity({scope.args}) GROUP BY rank, device, category, kind = 'kernel'
     ORDER BY rank, device, is_kernel DESC, total DESC, category
     """
     out: dict[tuple, list[dict]] = defaultdict(list)

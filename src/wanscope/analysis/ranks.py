@@ -53,9 +53,8 @@ def communication(con, scope: Scope) -> list[dict]:
     ``overlap_pct`` (None without communication), ``exposed_communication_ns`` (times in ns)."""
     keys = "rank, device"
     sql = f"""
-    {scope.ctes()},
-    k AS (SELECT rank, device, start_ns, end_ns, dur_ns, category = 'communication' AS comm
-          FROM activity WHERE kind = 'kernel'),
+    WITH k AS (SELECT rank, device, start_ns, end_ns, dur_ns, category = 'communication' AS comm
+               FROM gpu_activity({scope.args}) WHERE kind = 'kernel'),
     _sets AS ({_sets("k", keys)}),
     {_UNION_SQL.format(keys=keys, source="_sets", name="unions")},
     counts AS (SELECT rank, device, count(*) FILTER (comm) AS n, coalesce(sum(dur_ns) FILTER (comm), 0) AS total
@@ -93,12 +92,13 @@ def slowest_ranks(con, scope: Scope) -> list[dict]:
     ``work_ns`` (``dur_ns`` minus exposed communication), slowest first."""
     keys = "rank, step"
     sql = f"""
-    {scope.ctes()},
-    k AS (SELECT rank, start_ns, end_ns, category = 'communication' AS comm FROM activity WHERE kind = 'kernel'),
+    WITH chosen AS (FROM step_gpu({scope.args})),
+    k AS (SELECT rank, start_ns, end_ns, category = 'communication' AS comm
+          FROM gpu_activity({scope.args}) WHERE kind = 'kernel'),
     clipped AS (
       SELECT s.rank, s.step, k.comm, greatest(k.start_ns, s.gpu_start_ns) AS start_ns,
              least(k.end_ns, s.gpu_end_ns) AS end_ns
-      FROM step_gpu s JOIN k ON k.rank = s.rank AND k.end_ns > s.gpu_start_ns AND k.start_ns < s.gpu_end_ns),
+      FROM chosen s JOIN k ON k.rank = s.rank AND k.end_ns > s.gpu_start_ns AND k.start_ns < s.gpu_end_ns),
     _sets AS ({_sets("clipped", keys)}),
     {_UNION_SQL.format(keys=keys, source="_sets", name="unions")},
     exposed AS (
@@ -106,14 +106,12 @@ def slowest_ranks(con, scope: Scope) -> list[dict]:
                          - coalesce(max(union_ns) FILTER (kind_set = 'compute'), 0) AS exposed_ns
       FROM unions GROUP BY ALL)
     SELECT s.rank, s.step, s.cpu_end_ns - s.cpu_start_ns, s.gpu_end_ns - s.gpu_start_ns, coalesce(e.exposed_ns, 0)
-    FROM step_gpu s LEFT JOIN exposed e USING (rank, step)
+    FROM chosen s LEFT JOIN exposed e USING (rank, step)
     ORDER BY s.step, s.rank
     """
-    lo, hi = scope.step_range or (None, None)
     by_step: dict[int, list[tuple]] = {}
     for rank, step, cpu_dur, gpu_dur, exposed in con.execute(sql).fetchall():
-        if (lo is None or step >= lo) and (hi is None or step < hi):
-            by_step.setdefault(step, []).append((rank, cpu_dur, gpu_dur, exposed))
+        by_step.setdefault(step, []).append((rank, cpu_dur, gpu_dur, exposed))
     out = []
     for step, rows in sorted(by_step.items()):
         if len({r[0] for r in rows}) < 2:

@@ -13,14 +13,11 @@ from wanscope.analysis.scope import Scope
 def step_times(con, scope: Scope) -> list[dict]:
     """Rows ``rank``, ``step``, ``cpu_start_ns``, ``cpu_dur_ns``, ``gpu_start_ns``,
     ``gpu_dur_ns`` (GPU fields None when the step launched no GPU work)."""
-    sql = f"""{scope.ctes()}
+    sql = f"""
     SELECT rank, step, cpu_start_ns, cpu_end_ns - cpu_start_ns, gpu_start_ns, gpu_end_ns - gpu_start_ns
-    FROM step_gpu ORDER BY rank, cpu_start_ns"""
-    lo, hi = scope.step_range or (None, None)
+    FROM step_gpu({scope.args}) ORDER BY rank, cpu_start_ns"""
     out = []
     for rank, step, cs, cd, gs, gd in con.execute(sql).fetchall():
-        if (lo is not None and step < lo) or (hi is not None and step >= hi):
-            continue
         out.append(
             {
                 "rank": rank,

@@ -93,7 +93,7 @@ def find_syncs(con, gpu_ranks: set[int], scope: Scope | None = None) -> list[dic
       FROM enc GROUP BY call_id),
     nexts AS (
       SELECT c.call_id, a.start_ns AS next_start FROM calls c
-      ASOF JOIN (SELECT rank, start_ns FROM kernels UNION ALL SELECT rank, start_ns FROM memops) a
+      ASOF JOIN (SELECT rank, start_ns FROM gpu_activity()) a
         ON a.rank = c.rank AND a.start_ns >= c.end_ns)
     SELECT * FROM (
       SELECT c.rank, c.pid, c.tid, coalesce(n.op_id, -c.call_id) AS wait_key,

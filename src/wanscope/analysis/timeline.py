@@ -15,10 +15,9 @@ def timeline_segments(con, scope: Scope, max_segments: int = 20_000) -> list[dic
     ``ops`` (ops merged into the segment), ``name`` (the longest op in it), times relative
     to the device's window start."""
     sql = f"""
-    {scope.ctes()},
-    sized AS (
+    WITH sized AS (
       SELECT a.*, w.window_start_ns, greatest(w.window_ns // {int(max_segments)}, 1) AS quantum
-      FROM activity a JOIN windows w USING (rank, device)),
+      FROM gpu_activity({scope.args}) a JOIN gpu_windows({scope.args}) w USING (rank, device)),
     binned AS (
       SELECT *, (start_ns - window_start_ns) // quantum AS bin FROM sized)
     SELECT rank, device, stream, category,

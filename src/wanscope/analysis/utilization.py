@@ -7,7 +7,7 @@ kernel intervals alone) and the plain sum of kernel durations are reported besid
 
 from __future__ import annotations
 
-from wanscope.analysis.scope import ISLANDS_SQL, Scope
+from wanscope.analysis.scope import Scope
 
 
 def device_utilization(con, scope: Scope) -> list[dict]:
@@ -15,9 +15,8 @@ def device_utilization(con, scope: Scope) -> list[dict]:
     ``utilization_pct``, ``kernel_count``, ``kernel_time_ns``, ``memop_count``,
     ``memop_time_ns`` (all times in ns)."""
     sql = f"""
-    {scope.ctes()},
-    {ISLANDS_SQL},
-    busy AS (SELECT rank, device, sum(end_ns - start_ns) AS busy_ns FROM islands GROUP BY ALL),
+    WITH activity AS (FROM gpu_activity({scope.args})),
+    busy AS (SELECT rank, device, sum(dur_ns) AS busy_ns FROM busy_islands({scope.args}) GROUP BY ALL),
     _k AS (
       SELECT rank, device, start_ns, end_ns,
              max(end_ns) OVER (PARTITION BY rank, device ORDER BY start_ns, end_ns
@@ -35,7 +34,7 @@ def device_utilization(con, scope: Scope) -> list[dict]:
       FROM activity GROUP BY ALL)
     SELECT w.rank, w.device, w.window_start_ns, w.window_end_ns, w.window_ns, b.busy_ns,
            coalesce(k.kernel_busy_ns, 0), c.kernel_count, c.kernel_time_ns, c.memop_count, c.memop_time_ns
-    FROM windows w JOIN busy b USING (rank, device) JOIN counts c USING (rank, device)
+    FROM gpu_windows({scope.args}) w JOIN busy b USING (rank, device) JOIN counts c USING (rank, device)
     LEFT JOIN kbusy k USING (rank, device)
     ORDER BY w.rank, w.device
     """

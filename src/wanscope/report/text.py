@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from wanscope.clitools import console as make_console
-from wanscope.report.tables import DataTable, quoted, short_name
+from wanscope.report.tables import DataTable, clean, quoted, short_name
 from wanscope.report.units import fmt_bytes, fmt_ns, fmt_pct
 
 DEFINITIONS = (
@@ -99,7 +99,7 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
             t.add_row(
                 fmt_ns(gap["dur_ns"]),
                 short_name(gap["next_op"]["name"], 50),
-                (f"… {more} outer frames\n" if more else "") + "\n".join(stack),
+                (f"… {more} outer frames\n" if more else "") + "\n".join(clean(f) for f in stack),
             )
         c.print(t)
     if result["syncs"]:

@@ -2,7 +2,8 @@
 
 ``open_traces(paths)`` accepts Kineto Chrome-JSON (``.json``/``.json.gz``), Nsight Systems
 SQLite exports, directories of such files (one per rank), or a database file that
-wanscope wrote earlier with ``--db``.
+wanscope wrote earlier with ``--db``. The connection it returns has the SQL macros the
+analyses build on (``analysis/stdlib.sql``), created on it whichever way the database came.
 """
 
 from __future__ import annotations
@@ -199,7 +200,9 @@ def _check_db_target(db: Path, inputs: list[Path]) -> None:
 
 
 def open_traces(paths, db: str | os.PathLike | None = None) -> duckdb.DuckDBPyConnection:
-    """Ingest ``paths`` into a DuckDB database with the canonical schema and return it.
+    """Ingest ``paths`` into a DuckDB database with the canonical schema and return it, with the
+    macros of ``analysis/stdlib.sql`` created on the connection (TEMP macros: see
+    ``analysis/stdlib.py``).
 
     Args:
         paths: trace files or directories (see the module docstring); a single database
@@ -209,6 +212,8 @@ def open_traces(paths, db: str | os.PathLike | None = None) -> duckdb.DuckDBPyCo
     Raises:
         InputError: a file is missing, unreadable, of an unknown format or malformed.
     """
+    from wanscope.analysis.stdlib import create_macros
+
     files = expand(list(paths))
     kinds = [sniff(f) for f in files]
     if "database" in kinds:
@@ -218,7 +223,13 @@ def open_traces(paths, db: str | os.PathLike | None = None) -> duckdb.DuckDBPyCo
             raise UsageError(
                 f"--db {db}: {files[0]} is already a wanscope database; --db keeps the database of ingested traces"
             )
-        return _open_database(files[0])
+        con = _open_database(files[0])
+        try:
+            create_macros(con)
+        except BaseException:
+            con.close()
+            raise
+        return con
     tmp_db = None
     if db is not None:
         db = Path(db)
@@ -263,6 +274,7 @@ def open_traces(paths, db: str | os.PathLike | None = None) -> duckdb.DuckDBPyCo
             # hand this run the other's database (the open file survives the rename).
             con = duckdb.connect(str(tmp_db), read_only=True)
             os.replace(tmp_db, db)
+        create_macros(con)
     except BaseException:
         if con is not None:
             con.close()

@@ -57,7 +57,7 @@ def render_memory(doc: dict, console: Console, top_frames: int = FRAMES_SHOWN) -
         pending = f" (+ {fmt_bytes(d['pending_free_bytes'])} pending free)" if d["pending_free_bytes"] else ""
         c.print(
             f"{what} ({_when(d)}): allocated {fmt_bytes(d['allocated_bytes'])} in {d['allocations']:,} "
-            f"allocations{pending} · reserved {fmt_bytes(d['reserved_bytes'])} · reserved but unused "
+            f"allocation{'' if d['allocations'] == 1 else 's'}{pending} · reserved {fmt_bytes(d['reserved_bytes'])} · reserved but unused "
             f"{fmt_bytes(d['reserved_unused_bytes'])} ({fmt_pct(d['reserved_unused_pct'])})",
             highlight=False,
         )

@@ -26,7 +26,7 @@ def _user_frames(stack: list[dict], limit: int = FRAMES_SHOWN) -> list[str]:
 def _when(d: dict) -> str:
     at = d["at"]
     if at["index"] is None:
-        return "at the dump" if at["kind"] == "dump" else "before the trace's first event"
+        return "no trace events" if at["kind"] == "dump" else "before the trace's first event"
     after = "" if at["time_ns"] is None else f", {fmt_ns(at['time_ns'])} after the first"
     return f"event {at['index']:,} of {d['trace']['events']:,}{after}"
 

@@ -14,6 +14,9 @@
 (c) **our engine**: ``wanscope profile --preset tiny --memory-history``, which must write the
     snapshot, summarize it and put it into ``report.json``.
 
+(b) and (c) run first, in children, while this process has not started CUDA. Their traces are
+deleted once checked; their logs, ``report.json`` and ``report.html`` stay in ``--out``.
+
     python3 benchmarks/memory_snapshot_capture.py --out DIR [--snapshot PATH] [--label L]
 
 Needs a CUDA GPU. Writes ``memory_snapshot_capture-DATE[-label].json`` and the logs into
@@ -175,7 +178,7 @@ def engine_run(out: Path) -> dict:
         "snapshot_written": snapshot.exists(),
         "report_has_it": bool(memory),
         "summary_printed": "live allocations by stack" in text,
-        "recorded_the_whole_run": memory.get("recording", {}).get("dumped") == "end",
+        "recorded_the_whole_run": (memory.get("recording") or {}).get("dumped") == "end",
         "engine_frames_found": any("wanscope/" in g["where"] for g in devices[0].get("groups", [])),
     }
     return entry
@@ -193,14 +196,20 @@ def main() -> None:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.snapshot or args.out / "h200_memory_snapshot.pickle"
-    result = {
-        "benchmark": "memory_snapshot_capture",
-        "date": time.strftime("%Y-%m-%d"),
-        "gpu": torch.cuda.get_device_name(0),
-        "torch": torch.__version__,
-        "total_memory_bytes": torch.cuda.get_device_properties(0).total_memory,
-        "random_weights": True,
-    }
+    result = {"benchmark": "memory_snapshot_capture", "date": time.strftime("%Y-%m-%d"), "random_weights": True}
+    # the child runs first, while this process holds no CUDA context (it starts with (a))
+    result["oom"] = oom_run(args.out)
+    print("oom", json.dumps(result["oom"])[:1500], file=sys.stderr, flush=True)
+    result["engine"] = engine_run(args.out)
+    print("engine", json.dumps(result["engine"])[:800], file=sys.stderr, flush=True)
+    for folder in (args.out / "oom", args.out / "engine"):
+        for trace in folder.glob("*.json.gz"):  # checked; not needed back
+            trace.unlink()
+    result.update(
+        gpu=torch.cuda.get_device_name(0),
+        torch=torch.__version__,
+        total_memory_bytes=torch.cuda.get_device_properties(0).total_memory,
+    )
     dit = record_dit(path, args.forwards, record.MAX_ENTRIES)
     tries = [dit]
     while dit["bytes"] > args.max_bytes and dit["max_entries"] > 100:
@@ -209,10 +218,6 @@ def main() -> None:
         tries.append(dit)
     result["dit"] = {**dit, "tries": [{k: t[k] for k in ("max_entries", "events", "bytes")} for t in tries]}
     print("dit", json.dumps(result["dit"])[:800], file=sys.stderr, flush=True)
-    result["oom"] = oom_run(args.out)
-    print("oom", json.dumps(result["oom"])[:1500], file=sys.stderr, flush=True)
-    result["engine"] = engine_run(args.out)
-    print("engine", json.dumps(result["engine"])[:800], file=sys.stderr, flush=True)
     result["ok"] = all(result["oom"]["checks"].values()) and all(result["engine"]["checks"].values())
     result["ok"] = result["ok"] and dit["bytes"] <= args.max_bytes and dit["dump_mismatches"] == 0
     out = write_result(args.out, "memory_snapshot_capture", result, args.label)

@@ -205,6 +205,24 @@ def test_an_out_of_memory_error_of_our_engine_is_one_line_after_the_summary(
     )
 
 
+def test_our_engines_run_writes_the_snapshot_prints_it_and_reports_it(fake_recording, tmp_path, monkeypatch):
+    """The tiny preset on the CPU standing in for a GPU run: torch's recording calls are fakes."""
+    from wanscope.profile import cli
+
+    monkeypatch.setattr(cli, "_check_memory_history", lambda *args: None)
+    monkeypatch.setenv("COLUMNS", "200")
+    out = tmp_path / "out"
+    r = run_main("profile", "--memory-history", "--out", out, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert fake_recording == [RECORDING, {"enabled": None}]  # from the run's start to its end
+    assert read_snapshot(out / "memory_snapshot.pickle")["wanscope_recording"]["dumped"] == "end"
+    assert "device 0: out of memory - the failed allocation asked for 8.00 GiB" in r.stdout
+    assert r.stdout.splitlines()[-1].endswith(f"{out / 'report.html'}, {out / 'memory_snapshot.pickle'}")
+    memory = json.loads((out / "report.json").read_text())["memory_snapshot"]
+    assert memory["devices"][0]["groups"][0]["where"] == "/home/u/oom.py:8 in grow"
+    assert '"memory-d0-timeline"' in (out / "report.html").read_text()
+
+
 def test_our_engines_run_refuses_it_without_cuda(tmp_path):
     r = run_main("profile", "--memory-history", "--out", tmp_path / "out", cwd=tmp_path)
     assert r.returncode == 2

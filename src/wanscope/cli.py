@@ -29,6 +29,7 @@ COMMANDS = {
     "profile": "wanscope.profile.cli:profile",
     "stats": "wanscope.stats.cli:stats",
     "diff": "wanscope.analysis.diff_cli:diff",
+    "memory": "wanscope.memory.cli:memory",
 }
 
 

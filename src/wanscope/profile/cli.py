@@ -120,6 +120,12 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
     help="With a COMMAND and --step-rule none: the window's length (default: to the program's end).",
 )
 @click.option("--memory", is_flag=True, help="With a COMMAND: record PyTorch's memory events too.")
+@click.option(
+    "--memory-history",
+    is_flag=True,
+    help="Record the CUDA allocator's history (from the start of the run, or of the program's CUDA use) and "
+    "write memory_snapshot.pickle at the end or at an out-of-memory error; prints `wanscope memory` of it.",
+)
 @click.option("--child", type=click.Choice(["nsys", "ncu"]), hidden=True)
 @click.option("--run-info", type=click.Path(dir_okay=False, path_type=Path), hidden=True)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -138,6 +144,7 @@ def profile(
     delay,
     duration,
     memory,
+    memory_history,
     command,
     child,
     run_info,
@@ -160,7 +167,7 @@ def profile(
     """
     if command:
         given = [f"--{name.rstrip('_').replace('_', '-')}" for name in ENGINE_ONLY if _given(ctx, name)]
-        window = Window(warmup, profile_steps, step_rule, memory, delay, duration)
+        window = Window(warmup, profile_steps, step_rule, memory, delay, duration, memory_history)
         profile_command(list(command), out_dir, window, given, nsys, ncu)
         return
     extra = [name for name in ("step_rule", "delay", "duration", "memory") if _given(ctx, name)]
@@ -202,6 +209,8 @@ def profile(
         check(opts)
     if (nsys or ncu) and not cuda:
         raise UsageError(f"--{'nsys' if nsys else 'ncu'} needs a CUDA GPU; this machine has none")
+    if memory_history:
+        _check_memory_history(cuda, nsys, compare_compile, parallel)
     nsys_exe = None
     if nsys:
         from wanscope.profile.nsys import find_nsys
@@ -215,7 +224,7 @@ def profile(
         kernel_regex(opts.attention)
     from wanscope.report.write import prepare_out_dir
 
-    prepare_out_dir(out_dir, ("trace.json.gz", "report.json", "report.html"))
+    prepare_out_dir(out_dir, ("trace.json.gz", "report.json", "report.html", SNAPSHOT))
     main = parallel is None or os.environ.get("RANK") == "0"
     if opts.random_weights and main:
         click.echo(f"wanscope: {RANDOM_NOTE}", err=True)
@@ -244,16 +253,82 @@ def profile(
             return
         traces, run = ranked
     else:
-        from wanscope.profile.kineto import profile_here
-
-        traces, run = profile_here(opts, out_dir)
-    result = build_report(traces, run, out_dir)
+        traces, run = _profile_here(opts, out_dir, memory_history)
+    memory_doc = _memory_doc(out_dir / SNAPSHOT) if memory_history else None
+    result = build_report(traces, run, out_dir, memory_doc)
     files = [*traces, out_dir / "report.json", out_dir / "report.html"]
     if nsys_exe:
         files.insert(0, out_dir / "trace.nsys-rep")
-    render(result, files)
+    if memory_doc is not None:
+        files.append(out_dir / SNAPSHOT)
+    render(result, files, memory=memory_doc)
     if ncu:
         _capture_ncu(opts, out_dir, result)
+
+
+SNAPSHOT = "memory_snapshot.pickle"  # wanscope.memory.record.SNAPSHOT_NAME (which imports torch)
+
+
+def _check_memory_history(cuda: bool, nsys: bool, compare_compile: bool, parallel) -> None:
+    """Refuse ``--memory-history`` where it cannot record: without CUDA (it is the CUDA caching
+    allocator's history), or with the captures that run the engine elsewhere."""
+    if not cuda:
+        raise UsageError(
+            "--memory-history records the CUDA caching allocator's history: it needs a CUDA GPU; this machine has none"
+        )
+    other = "--nsys" if nsys else "--compare-compile" if compare_compile else "--parallel" if parallel else None
+    if other:
+        raise UsageError(f"--memory-history records in the torch.profiler run of this process: not with {other}")
+
+
+def _profile_here(opts, out_dir: Path, memory_history: bool) -> tuple[list[Path], dict]:
+    """``profile_here``, under the allocator's recording with ``memory_history``. An
+    out-of-memory error becomes one line; with ``memory_history`` its snapshot is written and
+    summarized first."""
+    import contextlib
+
+    import torch
+
+    from wanscope.profile.kineto import profile_here
+
+    recording = contextlib.nullcontext()
+    if memory_history:
+        from wanscope.memory.record import recorded
+
+        recording = recorded(out_dir / SNAPSHOT)
+    try:
+        with recording:
+            return profile_here(opts, out_dir)
+    except torch.cuda.OutOfMemoryError as e:
+        raise _out_of_memory(e, out_dir / SNAPSHOT if memory_history else None) from None
+
+
+def _out_of_memory(e: Exception, snapshot: Path | None) -> UsageError:
+    """The one line for an out-of-memory error of our engine's run, after the summary of its
+    snapshot (where one was recorded)."""
+    what = str(e).split(". GPU ")[0].splitlines()[0][:200] if str(e) else "CUDA out of memory"
+    if snapshot is None:
+        return UsageError(f"{what}; --memory-history records what held the memory")
+    from wanscope.clitools import console
+    from wanscope.memory.text import render_memory
+
+    doc = _memory_doc(snapshot)
+    if doc is not None:
+        render_memory(doc, console())
+    return UsageError(f"{what}; the allocator's history is in {snapshot} (wanscope memory {snapshot})")
+
+
+def _memory_doc(snapshot: Path) -> dict | None:
+    """``wanscope memory`` of a snapshot just written, or None (with a line saying why) where it
+    cannot be read."""
+    from wanscope.errors import InputError
+    from wanscope.memory.cli import snapshot_doc
+
+    try:
+        return snapshot_doc(snapshot)
+    except InputError as e:
+        click.echo(f"wanscope: the memory snapshot could not be read: {e}", err=True)
+        return None
 
 
 def _capture_nsys(opts, nsys_exe: str, out_dir: Path) -> tuple[list[Path], dict]:
@@ -311,6 +386,14 @@ def run_child(opts, role: str, run_info: Path | None) -> None:
         run_info.write_text(json.dumps(run_object(opts, "nsys", m)))
 
 
+def _render_memory(docs: list[dict]) -> None:
+    from wanscope.clitools import console
+    from wanscope.memory.text import render_memory
+
+    for doc in docs:
+        render_memory(doc, console())
+
+
 def _given(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
 
@@ -334,7 +417,7 @@ def profile_command(argv, out_dir: Path, window, given, nsys: bool, ncu) -> None
         from wanscope.ncu.capture import find_ncu
 
         find_ncu()
-    prepare_out_dir(out_dir, ("trace.json.gz", "trace.sqlite", "report.json", "report.html"))
+    prepare_out_dir(out_dir, ("trace.json.gz", "trace.sqlite", "report.json", "report.html", SNAPSHOT))
     if nsys_exe:
         result = cmd.nsys_run(nsys_exe, argv, out_dir, window)
     else:
@@ -342,16 +425,27 @@ def profile_command(argv, out_dir: Path, window, given, nsys: bool, ncu) -> None
     if any(r.get("error") == cmd.OWN_PROFILER for r in result.records):
         raise cmd.own_profiler_error(argv)
     status = cmd.exit_status(result.exit_code)
+    memory_docs = [d for d in map(_memory_doc, result.snapshots) if d is not None]
+    if window.memory_history and not result.snapshots:
+        click.echo(
+            f"wanscope: --memory-history: {argv[0]} started no CUDA device, so there is no allocator history "
+            "to write (it is the CUDA caching allocator's)",
+            err=True,
+        )
     if not result.traces:
+        _render_memory(memory_docs)
         why = cmd.no_trace_reason(result, window, status)
         click.echo(f"wanscope: error: {argv[0]} left no trace to analyze: {why}", err=True)
         sys.exit(status or 2)
     if status:
         click.echo(f"wanscope: {argv[0]} exited with status {status}; analyzing what was captured", err=True)
     run = cmd.run_object(argv, result, window, "nsys" if nsys_exe else "torch.profiler")
-    report = build_report(result.traces, run, out_dir)
+    report = build_report(result.traces, run, out_dir, memory_docs[0] if memory_docs else None)
     files = [*result.traces, out_dir / "report.json", out_dir / "report.html"]
-    render(report, [out_dir / "trace.nsys-rep", *files] if nsys_exe else files)
+    if nsys_exe:
+        files.insert(0, out_dir / "trace.nsys-rep")
+    _render_memory(memory_docs[1:])
+    render(report, [*files, *result.snapshots], memory=memory_docs[0] if memory_docs else None)
     if ncu:
         _add_ncu(report, out_dir, *cmd.ncu_run(ncu, argv, out_dir, window))
     if status:

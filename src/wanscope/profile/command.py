@@ -57,7 +57,8 @@ class Window:
     """What to profile of the program: steps ``warmup`` .. ``warmup + profile_steps - 1`` as
     ``step_rule`` finds them, or with ``step_rule`` ``none`` the whole run or, with ``delay``, the
     time window from ``delay`` seconds after its start for ``duration`` seconds (to its end where
-    None); ``memory``: PyTorch's memory events too."""
+    None); ``memory``: PyTorch's memory events too; ``memory_history``: the CUDA allocator's
+    history, from the program's CUDA start-up to its exit, dumped as ``memory_snapshot.pickle``."""
 
     warmup: int
     profile_steps: int
@@ -65,6 +66,7 @@ class Window:
     memory: bool = False
     delay: float | None = None
     duration: float | None = None
+    memory_history: bool = False
 
     @property
     def start_s(self) -> float | None:
@@ -80,17 +82,20 @@ class Window:
             "memory": self.memory,
             "delay": self.start_s,
             "duration": self.duration,
+            "memory_history": self.memory_history,
         }
 
 
 @dataclass(frozen=True)
 class CommandRun:
-    """What the child process left: its exit status and each profiled process's record
-    (``_wanscope_boot._write_record``: pid, rank, top, step_rule, steps, trace, versions, gpu)."""
+    """What the child process left: its exit status, each profiled process's record
+    (``_wanscope_boot._write_record``: pid, rank, top, step_rule, steps, trace, versions, gpu,
+    memory_snapshot), its traces and its allocator snapshots (``--memory-history``)."""
 
     exit_code: int
     records: list[dict]
     traces: list[Path]
+    snapshots: tuple[Path, ...] = ()
 
 
 def _python_program(argv: list[str]) -> str | None:
@@ -185,6 +190,17 @@ def _collect(out_dir: Path) -> list[dict]:
     return records
 
 
+def _snapshots(out_dir: Path) -> tuple[Path, ...]:
+    """The allocator snapshots the bootstrap wrote (``memory_snapshot.pickle``, or one per rank)."""
+    return tuple(sorted(out_dir.glob("memory_snapshot*.pickle")))
+
+
+def _remove_stale(out_dir: Path) -> None:
+    """Traces and snapshots of an earlier run: not this run's."""
+    for stale in [out_dir / "trace.json.gz", *out_dir.glob("trace-rank*.json.gz"), *_snapshots(out_dir)]:
+        stale.unlink(missing_ok=True)
+
+
 def _remove_partials(out_dir: Path) -> None:
     for path in out_dir.glob(".partial-*"):
         path.unlink(missing_ok=True)
@@ -200,8 +216,7 @@ def run_command(argv: list[str], out_dir: Path, window: Window):
     is half-written, and raise KeyboardInterrupt.
     """
     env = child_env(out_dir, window)
-    for stale in [out_dir / "trace.json.gz", *out_dir.glob("trace-rank*.json.gz")]:
-        stale.unlink(missing_ok=True)  # a trace of an earlier run is not this run's
+    _remove_stale(out_dir)
     proc = subprocess.Popen(argv, env=env)
     try:
         code = proc.wait()
@@ -216,7 +231,7 @@ def run_command(argv: list[str], out_dir: Path, window: Window):
         raise
     records = _collect(out_dir)
     traces = sorted(out_dir.glob("trace-rank*.json.gz")) or [p for p in [out_dir / "trace.json.gz"] if p.exists()]
-    return CommandRun(exit_code=code, records=records, traces=traces)
+    return CommandRun(exit_code=code, records=records, traces=traces, snapshots=_snapshots(out_dir))
 
 
 def run_object(argv: list[str], result: CommandRun, window: Window, capture: str) -> dict:
@@ -320,11 +335,13 @@ def nsys_run(nsys_exe: str, argv: list[str], out_dir: Path, window: Window):
     from wanscope.profile import nsys
 
     env = child_env(out_dir, replace(window, memory=False), tool="cuda_profiler")
+    for stale in _snapshots(out_dir):
+        stale.unlink()
     try:
         _rep, sqlite = nsys.capture(nsys_exe, out_dir, argv, env=env)
     finally:
         records = _collect(out_dir)
-    return CommandRun(exit_code=0, records=records, traces=[sqlite])
+    return CommandRun(exit_code=0, records=records, traces=[sqlite], snapshots=_snapshots(out_dir))
 
 
 def ncu_run(regex: str, argv: list[str], out_dir: Path, window: Window):
@@ -334,7 +351,7 @@ def ncu_run(regex: str, argv: list[str], out_dir: Path, window: Window):
     from wanscope.ncu.capture import capture
     from wanscope.profile.ncu import diagnose_capture
 
-    env = child_env(out_dir, replace(window, profile_steps=1, memory=False), tool="cuda_profiler")
+    env = child_env(out_dir, replace(window, profile_steps=1, memory=False, memory_history=False), tool="cuda_profiler")
     try:
         files = capture(argv, out_dir / "kernel", regex, 0, 1, from_profiler_start=True, env=env)
     finally:

@@ -83,13 +83,16 @@ def notes(run: dict) -> list[str]:
     return out
 
 
-def build_report(traces: list[Path], run: dict, out_dir: Path) -> dict:
-    """Analyze ``traces``, add ``run``, write report.json and report.html."""
+def build_report(traces: list[Path], run: dict, out_dir: Path, memory: dict | None = None) -> dict:
+    """Analyze ``traces``, add ``run`` (and ``memory_snapshot``: ``wanscope memory``'s document of
+    the run's allocator snapshot, where there is one), write report.json and report.html."""
     con = open_traces([str(t) for t in traces])
     result = analyze(con)
     ours = notes(run)  # analyze already repeats the run's note, read back from the trace
     result["notes"] = ours + [n for n in result["notes"] if n not in ours]
     result["run"] = run
+    if memory is not None:
+        result["memory_snapshot"] = memory
     write_report(con, result, out_dir, title(run))
     return result
 
@@ -98,8 +101,9 @@ def _bytes(n) -> str:
     return "-" if n is None else f"{n / 2**30:,.2f} GiB"
 
 
-def render(result: dict, files: list[Path], console: Console | None = None) -> None:
-    """The analysis summary (with the host time by op), the run's stages and the files written."""
+def render(result: dict, files: list[Path], console: Console | None = None, memory: dict | None = None) -> None:
+    """The analysis summary (with the host time by op), the run's stages, ``wanscope memory`` of
+    its allocator snapshot (``memory``, where there is one) and the files written."""
     c = console or make_console()
     run = result["run"]
     render_analysis(result, c)
@@ -108,6 +112,10 @@ def render(result: dict, files: list[Path], console: Console | None = None) -> N
         for stage, wall in run["stage_wall_ns"].items():
             t.add_row(stage, fmt_ns(wall), _bytes(run["peak_memory_bytes"].get(stage)))
         c.print(t)
+    if memory is not None:
+        from wanscope.memory.text import render_memory
+
+        render_memory(memory, c)
     c.print(f"[bold]{quoted(title(run))}[/bold]")
     if run["note"]:
         c.print(f"[bold yellow]{quoted(run['note'])}[/bold yellow]")

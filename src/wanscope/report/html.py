@@ -1,7 +1,9 @@
 """The self-contained HTML report: one file, works offline (plotly.js inlined, no CDN).
 
 Plots: GPU timeline per stream with the largest idle gaps marked, time by category, top
-kernels, per-step CPU and GPU times, and an icicle graph of host time. Tables: the call
+kernels, per-step CPU and GPU times, an icicle graph of host time and, for a run with an
+allocator snapshot (``memory_snapshot``), the live allocations by stack at the peak or the failed
+allocation, and allocated and reserved memory over the snapshot's trace. Tables: the call
 stack behind the largest gaps, syncs and, with several ranks, communication vs compute per
 rank and the slowest rank per step. The page is rendered from the Jinja2 template
 ``templates/report.html`` shipped with the package.
@@ -14,7 +16,7 @@ from importlib import resources
 import jinja2
 
 from wanscope.report.text import RANKS_DEFINITIONS
-from wanscope.report.units import fmt_ns, fmt_pct
+from wanscope.report.units import fmt_bytes, fmt_ns, fmt_pct
 
 MAX_HTML_BYTES = 8 << 20
 
@@ -137,6 +139,72 @@ def _figures(result: dict, segments: list[dict], icicle: list[dict]) -> list[tup
         )
         fig.update_layout(height=700, margin={"t": 30, "l": 10, "r": 10, "b": 10})
         figs.append(("icicle", "Host time (icicle: identical stacks merged, nodes under 0.1% pruned)", fig))
+    figs += _memory_figures(result.get("memory_snapshot"))
+    return figs
+
+
+def _memory_figures(doc: dict | None) -> list[tuple[str, str, object]]:
+    """Per device of an allocator snapshot's document: the stack groups live at its moment (a
+    bar each) and the timeline of allocated and reserved memory, the moment marked."""
+    import plotly.graph_objects as go
+
+    from wanscope.memory.analysis import frame_text
+
+    figs = []
+    for d in (doc or {}).get("devices", []):
+        key = f"memory-d{d['device']}"
+        what = {"oom": "at the failed allocation", "peak": "at the peak", "dump": "at the dump"}[d["at"]["kind"]]
+        groups = d["groups"]
+        fig = go.Figure(
+            go.Bar(
+                x=[g["bytes"] / 2**30 for g in groups],
+                y=[f"{i}. {g['where'][:70]}" for i, g in enumerate(groups, 1)],
+                orientation="h",
+                text=[fmt_pct(g["pct"]) for g in groups],
+                hovertext=[
+                    "<br>".join(
+                        [f"{fmt_bytes(g['bytes'])} in {g['allocations']:,}"] + [frame_text(f) for f in g["stack"][:16]]
+                    )
+                    for g in groups
+                ],
+                hoverinfo="text",
+            )
+        )
+        fig.update_layout(
+            height=120 + 28 * len(groups),
+            xaxis_title="GiB",
+            yaxis={"autorange": "reversed"},
+            margin={"l": 420, "r": 20, "t": 30, "b": 40},
+        )
+        figs.append((f"{key}-stacks", f"Live allocations by stack, {what} (largest first)", fig))
+        points = d["timeline"]
+        timed = d["trace"]["timeline_axis"] == "time_ns"
+        xs = [p[0] / 1e6 if timed else p[0] for p in points]
+        fig = go.Figure(
+            [
+                go.Scatter(x=xs, y=[p[1] / 2**30 for p in points], mode="lines", line_shape="hv", name="allocated"),
+                go.Scatter(x=xs, y=[p[2] / 2**30 for p in points], mode="lines", line_shape="hv", name="reserved"),
+            ]
+        )
+        at = d["at"]
+        if at["index"] is not None:
+            x = at["time_ns"] / 1e6 if timed else at["index"]
+            fig.add_trace(
+                go.Scatter(
+                    x=[x],
+                    y=[d["allocated_bytes"] / 2**30],
+                    mode="markers",
+                    marker={"size": 11, "color": "red"},
+                    name="failed allocation" if at["kind"] == "oom" else "peak",
+                )
+            )
+        fig.update_layout(
+            height=320,
+            xaxis_title="ms after the trace's first event" if timed else "event",
+            yaxis_title="GiB",
+            margin={"t": 30},
+        )
+        figs.append((f"{key}-timeline", "Allocated and reserved memory over the trace", fig))
     return figs
 
 
@@ -179,7 +247,7 @@ def render_html(result: dict, segments: list[dict], icicle: list[dict], title: s
     return render_page(
         "report.html",
         _figures(result, segments, icicle),
-        {"run_value": run_value},
+        {"run_value": run_value, "bytes": fmt_bytes},
         title=title,
         result=result,
         ranks_definitions=RANKS_DEFINITIONS,

@@ -5,9 +5,10 @@ program imports it, torch; the program need not have wanscope installed.
 Settings come from ``WANSCOPE_PROFILE`` (JSON): ``out`` (folder for traces and the per-process
 record), ``warmup`` and ``profile_steps`` (steps before the window, steps in it), ``step_rule``
 (``auto``, ``marker``, ``diffusers``, ``optimizer`` or ``none``), ``memory`` (PyTorch's memory
-events), ``tool`` (``torch.profiler``, or ``cuda_profiler`` under Nsight Systems and Nsight Compute:
-``cudaProfilerStart`` before the first profiled step and ``cudaProfilerStop`` after the last, no
-torch.profiler, since CUPTI takes one subscriber per process).
+events), ``memory_history`` (the CUDA allocator's history, below), ``tool`` (``torch.profiler``,
+or ``cuda_profiler`` under Nsight Systems and Nsight Compute: ``cudaProfilerStart`` before the
+first profiled step and ``cudaProfilerStop`` after the last, no torch.profiler, since CUPTI takes
+one subscriber per process).
 
 Steps, by rule (``auto``: the first rule to see a step claims the run):
 
@@ -40,6 +41,7 @@ import importlib
 import importlib.abc
 import json
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -49,6 +51,9 @@ SETTINGS = json.loads(os.environ.get("WANSCOPE_PROFILE") or "{}")
 STEP_RANGE = "wanscope/step#"
 OWN_PROFILER = "own_profiler"
 TOP = "WANSCOPE_PROFILE_TOP"
+MEMORY_MAX_ENTRIES = 100_000  # wanscope.memory.record.MAX_ENTRIES
+MEMORY_CONTEXT, MEMORY_STACKS = "alloc", "python"  # wanscope.memory.record.CONTEXT, STACKS
+RECORDING_KEY = "wanscope_recording"  # wanscope.memory.snapshot.RECORDING_KEY
 
 
 class _State:
@@ -62,6 +67,8 @@ class _State:
     top = False
     pid = None
     started = None  # time.monotonic() at the program's start
+    memory = None  # "recording" once the allocator's history is on, "oom" once dumped at an OOM
+    snapshot_written = None
 
 
 def _trace_path(name: str) -> str:
@@ -378,6 +385,8 @@ def _on_torch(torch) -> None:
         _State.top = False
         _State.pid = None
         return
+    if SETTINGS.get("memory_history"):
+        _arm_memory_history()
     if _State.top and SETTINGS.get("delay") is not None:
         _arm_time_window()
     elif _State.top and not _cuda_profiler():
@@ -456,6 +465,84 @@ def _close_window() -> None:
         prof.stop()
 
 
+# --- the allocator's history (--memory-history) ----------------------------------------------------
+
+
+def _snapshot_name() -> str:
+    rank = os.environ.get("RANK")
+    return "memory_snapshot.pickle" if rank is None else f"memory_snapshot-rank{rank}.pickle"
+
+
+def _arm_memory_history() -> None:
+    """Start recording when the program initializes CUDA (``torch.cuda._lazy_call`` queues the
+    call for then, or makes it now where CUDA is up already). The call must not raise: torch
+    would fail the program's CUDA start-up."""
+    torch, pid = _State.torch, os.getpid()
+
+    def start():
+        if os.getpid() != pid or _State.memory is not None:  # a forked child that starts CUDA
+            return
+        try:
+            torch.cuda.memory._record_memory_history(
+                enabled="all", context=MEMORY_CONTEXT, stacks=MEMORY_STACKS, max_entries=MEMORY_MAX_ENTRIES
+            )
+            _State.memory = "recording"
+            torch._C._cuda_attach_out_of_memory_observer(_on_out_of_memory)
+        except Exception as e:  # noqa: BLE001 - the program must run on
+            print(f"wanscope: could not record the CUDA allocator's history: {e}", file=sys.stderr)
+
+    torch.cuda._lazy_call(start)
+
+
+def _on_out_of_memory(device, alloc, device_total, device_free) -> None:
+    """The allocator's out-of-memory observer (called before it raises): dump at the first."""
+    if _State.memory != "recording" or os.getpid() != _State.pid:
+        return
+    try:
+        _dump_memory("oom")
+        _State.memory = "oom"
+    except Exception as e:  # noqa: BLE001 - the program's own error follows
+        print(f"wanscope: could not write the memory snapshot: {e}", file=sys.stderr)
+
+
+def _dump_memory(dumped: str, snapshot: dict | None = None) -> None:
+    """Write the allocator's snapshot through a temporary name (``dumped``: ``oom``, ``exit``)."""
+    torch = _State.torch
+    if snapshot is None:
+        snapshot = torch.cuda.memory._snapshot()
+    snapshot[RECORDING_KEY] = {
+        "max_entries": MEMORY_MAX_ENTRIES,
+        "context": MEMORY_CONTEXT,
+        "stacks": MEMORY_STACKS,
+        "dumped": dumped,
+        "torch": str(torch.__version__),  # a str subclass of torch's: pickled, it would name its class
+    }
+    name = _snapshot_name()
+    tmp = _trace_path(f".partial-{os.getpid()}-{name}")
+    try:
+        with open(tmp, "wb") as f:
+            pickle.dump(snapshot, f)
+        os.replace(tmp, _trace_path(name))
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    _State.snapshot_written = name
+
+
+def _dump_memory_at_exit() -> None:
+    """The snapshot at exit, unless the one of an out-of-memory error holds what this one lost
+    (its out-of-memory event, dropped from the ring buffer since)."""
+    if _State.memory is None:
+        return
+    try:
+        snapshot = _State.torch.cuda.memory._snapshot()
+        kept_oom = any(e.get("action") == "oom" for trace in snapshot.get("device_traces", []) for e in trace)
+        if _State.memory != "oom" or kept_oom:
+            _dump_memory("exit", snapshot)
+    except Exception as e:  # noqa: BLE001 - the program's exit must not fail on our account
+        print(f"wanscope: could not write the memory snapshot: {e}", file=sys.stderr)
+
+
 def _write_record(extra: dict) -> None:
     torch = _State.torch
     cuda = torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized()
@@ -471,6 +558,7 @@ def _write_record(extra: dict) -> None:
         "cuda": None if torch is None else torch.version.cuda,
         "gpu": torch.cuda.get_device_name(torch.cuda.current_device()) if cuda else None,
         "time_ns": time.time_ns(),
+        "memory_snapshot": _State.snapshot_written,
         **extra,
     }
     path = _trace_path(f".boot-{os.getpid()}.json")
@@ -494,7 +582,8 @@ def _at_exit() -> None:
                 _export(whole_run)
     except Exception as e:  # noqa: BLE001 - the program's exit must not fail on our account
         print(f"wanscope: could not write the trace: {e}", file=sys.stderr)
-    if _State.trace_written or _State.top:
+    _dump_memory_at_exit()
+    if _State.trace_written or _State.top or _State.snapshot_written:
         _write_record({})
 
 

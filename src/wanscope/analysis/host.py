@@ -68,11 +68,12 @@ def host(con, scope: Scope | None = None, top: int = 10) -> dict:
     scope = scope or Scope()
     scope.check(con)
     with memory_limit(con, NEST_MEMORY_LIMIT):  # DuckDB's buffers shrunk beside the arrays, as ingest's nesting
-        return _host(con, scope, top)
+        ranges = host_ranges(con, scope)
+    ranges.position = ranges.cpu_parent = ranges.api_parent = None  # only the per-op totals need them
+    return _host(con, ranges, top)
 
 
-def _host(con, scope: Scope, top: int) -> dict:
-    ranges = host_ranges(con, scope)
+def _host(con, ranges, top: int) -> dict:
     windows = ranges.windows
     ranges.register(con)
     try:

@@ -41,11 +41,10 @@ sys.path.insert(0, str(REPO / "src"))
 
 import torch
 from _common import result_label, write_result
+from memory_trace_program import run_dit
 
 from wanscope.memory import record
 from wanscope.memory.cli import snapshot_doc
-from wanscope.wan.config import get_preset
-from wanscope.wan.dit import WanDiT
 
 GIB = 1 << 30
 
@@ -57,21 +56,10 @@ def record_dit(path: Path, forwards: int, max_entries: int) -> dict:
         enabled="all", context=record.CONTEXT, stacks=record.STACKS, max_entries=max_entries
     )
     started = time.perf_counter()
-    torch.manual_seed(0)
-    cfg = get_preset("wan2.1-t2v-1.3b").dit
-    with torch.device("cuda"):
-        dit = WanDiT(cfg).set_dtype(torch.bfloat16).eval()
-    latents = torch.randn(1, cfg.in_channels, 3, 30, 52, device="cuda", dtype=torch.bfloat16)
-    context = torch.randn(1, 512, cfg.text_dim, device="cuda", dtype=torch.bfloat16)
-    with torch.no_grad():
-        for i in range(forwards):
-            t = torch.full((1,), 1000.0 * (1 - i / max(forwards, 1)), device="cuda")
-            latents = latents + 0.02 * dit(latents, t, context).to(latents.dtype)
-    torch.cuda.synchronize()
+    run_dit(3, 30, 52, max(forwards, 1))  # 416x240x9
     record.dump(path, "end")
     torch.cuda.memory._record_memory_history(enabled=None)
     seconds = time.perf_counter() - started
-    del dit, latents, context
     torch.cuda.empty_cache()
     doc = snapshot_doc(path, top=5)
     (d,) = doc["devices"]

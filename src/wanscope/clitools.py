@@ -43,6 +43,11 @@ def format_option(*choices: str, default: str = "table"):
     )
 
 
+def top_option(what: str):
+    """The ``--top N`` option: rows listed (``what``) before the 'other' row."""
+    return click.option("--top", default=10, show_default=True, type=click.IntRange(1), help=what)
+
+
 def _json_default(value):
     """What orjson cannot write itself (DuckDB values in ``query``): DECIMAL as a number,
     anything else (BLOB, INTERVAL, BIT, ...) as its text, as the table and CSV show it."""

@@ -7,7 +7,7 @@ import re
 import click
 import duckdb
 
-from wanscope.clitools import TABLE_ROW_LIMIT, dumps_json, format_option, write_batches, write_rows
+from wanscope.clitools import TABLE_ROW_LIMIT, dumps_json, format_option, top_option, write_batches, write_rows
 from wanscope.errors import UsageError
 
 ANALYZE_HELP = """Analyze GPU traces: utilization, time by category, top kernels, idle gaps
@@ -32,13 +32,7 @@ def _open(traces, db):
 @click.command(help=ANALYZE_HELP)
 @click.argument("traces", nargs=-1, type=click.Path())
 @format_option("table", "json")
-@click.option(
-    "--top",
-    default=10,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Kernels listed per device before the 'other' row; also the largest gaps listed.",
-)
+@top_option("Kernels listed per device before the 'other' row; also the largest gaps listed.")
 @click.option("--step-range", metavar="A:B", help="Only steps A <= step < B (either end may be omitted).")
 @click.option(
     "--min-gap-ns",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from wanscope.clitools import dumps_json, format_option
+from wanscope.clitools import dumps_json, format_option, top_option
 from wanscope.errors import UsageError
 
 HTML_SUFFIXES = (".html", ".htm")
@@ -31,13 +31,7 @@ and the other none)."""
 @click.argument("base", type=click.Path())
 @click.argument("new", type=click.Path())
 @format_option("table", "json", "html")
-@click.option(
-    "--top",
-    default=10,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Kernels listed as appeared, disappeared and top changes.",
-)
+@top_option("Kernels listed as appeared, disappeared and top changes.")
 @click.option(
     "--fail-if-slower",
     "fail_pct",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from wanscope.clitools import dumps_json, format_option
+from wanscope.clitools import dumps_json, format_option, top_option
 
 HELP = """What filled GPU memory: read a CUDA allocator snapshot (the pickle that
 torch.cuda.memory._dump_snapshot writes, or memory_snapshot.pickle of `wanscope profile
@@ -37,13 +37,7 @@ def snapshot_doc(path: Path, top: int = 10) -> dict:
 @click.command(help=HELP)
 @click.argument("snapshot", type=click.Path(path_type=Path))
 @format_option("table", "json")
-@click.option(
-    "--top",
-    default=10,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Stack groups listed per device before the 'other' row.",
-)
+@top_option("Stack groups listed per device before the 'other' row.")
 def memory(snapshot: Path, fmt: str, top: int):
     doc = snapshot_doc(snapshot, top)
     if fmt == "json":

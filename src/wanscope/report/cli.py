@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from wanscope.clitools import top_option
+
 
 @click.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
@@ -16,13 +18,7 @@ import click
     type=click.Path(file_okay=False, path_type=Path),
     help="Directory for report.json and report.html.",
 )
-@click.option(
-    "--top",
-    default=10,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Kernels listed per device before the 'other' row; also the largest gaps listed.",
-)
+@top_option("Kernels listed per device before the 'other' row; also the largest gaps listed.")
 @click.option("--step-range", metavar="A:B", help="Only steps A <= step < B (either end may be omitted).")
 def report(traces, out_dir, top, step_range):
     """Write report.json (the analyze JSON) and report.html (a self-contained page with

@@ -101,15 +101,21 @@ def _profiler(stacks: bool = True, **kw):
 def _export(prof) -> None:
     """The trace through a temporary name (it must end in .gz for torch to compress it)."""
     name = _trace_name()
-    tmp = _trace_path(f".partial-{os.getpid()}-{name}")
     prof.add_metadata_json("wanscope_run", json.dumps({"note": None, "step_rule": _State.rule}))
+    _write_through_partial(name, prof.export_chrome_trace)
+    _State.trace_written = name
+
+
+def _write_through_partial(name: str, write) -> None:
+    """``write(path)`` to a temporary name beside the output file ``name``, then renamed to it:
+    a reader never sees half a file; the temporary one is removed if writing fails."""
+    tmp = _trace_path(f".partial-{os.getpid()}-{name}")
     try:
-        prof.export_chrome_trace(tmp)
+        write(tmp)
         os.replace(tmp, _trace_path(name))
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    _State.trace_written = name
 
 
 def _sync() -> None:
@@ -518,14 +524,12 @@ def _dump_memory(dumped: str, snapshot: dict | None = None) -> None:
         "torch": str(torch.__version__),  # a str subclass of torch's: pickled, it would name its class
     }
     name = _snapshot_name()
-    tmp = _trace_path(f".partial-{os.getpid()}-{name}")
-    try:
-        with open(tmp, "wb") as f:
+
+    def dump(path):
+        with open(path, "wb") as f:
             pickle.dump(snapshot, f)
-        os.replace(tmp, _trace_path(name))
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+
+    _write_through_partial(name, dump)
     _State.snapshot_written = name
 
 

@@ -50,6 +50,14 @@ def test_bmm_fp32_runs_at_the_fp32_peak():
     assert r.bytes == (4 * 8 * 16 + 4 * 16 * 2 + 4 * 8 * 2) * 4
 
 
+def test_addmm_with_a_gelu_epilogue():
+    dims = [[256], [64, 128], [128, 256], [], [], []]
+    r = c("aten::_addmm_activation", dims, [BF, BF, BF, "Scalar", "Scalar", "Scalar"], ["", "", "", "1", "1", "True"])
+    assert units(r) == {"bf16": 2 * 64 * 128 * 256, "fp32": (1 + 9) * 64 * 256}  # bias, tanh GELU
+    relu = c("aten::_addmm_activation", dims, None, ["", "", "", "1", "1", "False"])
+    assert units(relu)["fp32"] == 2 * 64 * 256
+
+
 def test_baddbmm():
     r = c("aten::baddbmm", [[4, 8, 2], [4, 8, 16], [4, 16, 2], [], []])
     assert units(r) == {"bf16": 2 * 4 * 8 * 16 * 2, "fp32": 4 * 8 * 2}
@@ -354,6 +362,7 @@ def test_argument_positions_match_the_schemas():
         if b is not None:
             assert _arg(op, b) == "bias", op
     assert _arg("aten::batch_norm", 5) == "training"
+    assert _arg("aten::_addmm_activation", 5) == "use_gelu"
     assert [_arg("aten::_scaled_mm", i) for i in (2, 3, 4, 5, 6)] == [
         "scale_a",
         "scale_b",

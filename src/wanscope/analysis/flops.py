@@ -167,6 +167,7 @@ NORMS = {
 SOFTMAXES = {"aten::softmax", "aten::_softmax", "aten::log_softmax", "aten::_log_softmax"}
 REDUCTIONS = {"aten::sum", "aten::mean", "aten::amax", "aten::amin"}
 GEMMS = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear", "aten::_scaled_mm"}
+GEMMS |= {"aten::_addmm_activation"}
 CUSTOM = {
     "wanscope::rms_norm_rope",
     "wanscope::norm_modulate",
@@ -358,7 +359,7 @@ def gemm(name: str, call: Call) -> Count | None:
     """mm, bmm, addmm, baddbmm, matmul, linear, _scaled_mm (module docstring)."""
     extra = None  # the added tensor of addmm / baddbmm
     out_dtype = None
-    if name in ("aten::addmm", "aten::baddbmm"):
+    if name in ("aten::addmm", "aten::baddbmm", "aten::_addmm_activation"):
         extra, a, b = call.tensor(0), call.tensor(1), call.tensor(2)
     elif name == "aten::linear":
         x, w, extra = call.tensor(0), call.tensor(1), call.tensor(2)
@@ -385,6 +386,8 @@ def gemm(name: str, call: Call) -> Count | None:
         nbytes += extra.bytes
     if name == "aten::_scaled_mm":
         nbytes += sum(t.bytes for t in (call.tensor(2), call.tensor(3), call.tensor(5)) if t is not None)
+    if name == "aten::_addmm_activation":  # the epilogue's GELU (tanh form) or ReLU
+        add += out.numel * (GELU_TANH if call.flag(5) else ELEMENTWISE["relu"])
     return _result("gemm", [(_matrix_unit(a.dtype), flops), ("fp32", add)], nbytes, call)
 
 

@@ -470,13 +470,14 @@ def launch_queue(launch_ns: np.ndarray, start_ns: np.ndarray) -> dict:
     }
 
 
-def host(con, scope: Scope | None = None, top: int = 10) -> dict:
+def host(con, scope: Scope | None = None, top: int = 10, ranges: HostRanges | None = None) -> dict:
     """The host side of the trace in ``con``.
 
     Args:
         con: DuckDB connection with the canonical tables.
         scope: steps to restrict to (default: all of them, or the whole trace without steps).
         top: ops listed per thread, Python frames and API calls listed, before ``other``.
+        ranges: ``host_ranges(con, scope)`` where the caller has it (computed here otherwise).
 
     Returns:
         A dict (docs/json.md, "analyze JSON", ``host``): ``window`` ("steps" or "trace");
@@ -493,11 +494,10 @@ def host(con, scope: Scope | None = None, top: int = 10) -> dict:
     """
     scope = scope or Scope()
     with memory_limit(con, NEST_MEMORY_LIMIT):  # DuckDB's buffers shrunk beside the arrays, as ingest's nesting
-        return _host(con, scope, top)
+        return _host(con, ranges or host_ranges(con, scope), top)
 
 
-def _host(con, scope: Scope, top: int) -> dict:
-    ranges = host_ranges(con, scope)
+def _host(con, ranges: HostRanges, top: int) -> dict:
     windows = ranges.windows
     ranges.register(con)
     try:

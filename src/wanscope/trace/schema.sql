@@ -113,8 +113,8 @@ CREATE TABLE devices (
   compute_capability VARCHAR,   -- -: major.minor
   sm_count INTEGER,             -- SMs: streaming multiprocessors
   total_memory_bytes BIGINT,    -- bytes: device memory
-  peak_bf16_tflops DOUBLE,      -- TFLOP/s: dense peak where known, else NULL
-  memory_bandwidth_gbps DOUBLE  -- GB/s: peak DRAM bandwidth where known, else NULL
+  peak_bf16_tflops DOUBLE,      -- TFLOP/s: dense BF16 peak where the source records one (none does yet), else NULL; the rooflines take the datasheet table's
+  memory_bandwidth_gbps DOUBLE  -- GB/s: peak DRAM bandwidth where the source records it (Nsight Systems does), else NULL
 );
 
 CREATE TABLE meta (

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import wanscope
 from wanscope.data import default_trace
 
@@ -36,6 +38,20 @@ def test_dataframes_hold_the_analyze_values():
         (thread,) = doc["host"]["threads"]
         assert ops.drop(columns=["rank", "pid", "tid"]).to_dict("records") == thread["ops"]
         assert t.python_frames()["self_ns"].tolist() == [f["self_ns"] for f in doc["host"]["python_frames"]]
+        (roof,) = doc["roofline"]["devices"]
+        assert t.roofline()["lost_ns"].tolist() == [r["lost_ns"] for r in roof["ops"]]
+        assert t.roofline(by="category")["category"].tolist() == [r["category"] for r in roof["categories"]]
+        assert t.roofline("uncounted")["gpu_ns"].sum() == roof["kernel_ns"] - roof["counted_ns"]
+
+
+def test_measured_peaks_reach_the_rooflines():
+    with wanscope.open(default_trace(), peak_tflops=800, peak_bandwidth_gbps=4000) as t:
+        roof = t.roofline()
+        (device,) = t.analyze()["roofline"]["devices"]
+        assert device["peaks"]["bf16_tflops"] == 800 and device["peaks"]["bandwidth_gbps"] == 4000
+        assert (roof["roof_tflops"].dropna() <= 800 + 1e-9).all()
+        with pytest.raises(ValueError, match="by="):
+            t.roofline(by="kernel")
 
 
 def test_import_wanscope_loads_no_heavy_module():

@@ -24,7 +24,16 @@ class Trace:
         ValueError: ``top`` not a positive int.
     """
 
-    def __init__(self, paths, db: str | os.PathLike | None = None, step_range: str | None = None, top: int = 10):
+    def __init__(
+        self,
+        paths,
+        db: str | os.PathLike | None = None,
+        step_range: str | None = None,
+        top: int = 10,
+        peak_tflops: float | None = None,
+        peak_fp32_tflops: float | None = None,
+        peak_bandwidth_gbps: float | None = None,
+    ):
         from wanscope.trace import open_traces
 
         if isinstance(top, bool) or not isinstance(top, int) or top < 1:
@@ -35,6 +44,11 @@ class Trace:
         self._catalog = self.con.execute("SELECT current_database()").fetchone()[0]
         self._scope = Scope(parse_step_range(step_range))
         self._top = top
+        self._peaks = {
+            "peak_tflops": peak_tflops,
+            "peak_fp32_tflops": peak_fp32_tflops,
+            "peak_bandwidth_gbps": peak_bandwidth_gbps,
+        }
 
     def sql(self, query: str):
         """A DuckDB relation of ``query`` on the canonical tables and the SQL macros the analyses
@@ -52,7 +66,7 @@ class Trace:
     def _analysis(self) -> dict:
         from wanscope.analysis.summary import analyze
 
-        return analyze(self.con, top=self._top, scope=self._scope)
+        return analyze(self.con, top=self._top, scope=self._scope, **self._peaks)
 
     def analyze(self) -> dict:
         """The ``wanscope analyze --format json`` dict."""
@@ -97,6 +111,27 @@ class Trace:
         """The Python frames with most self time over all threads: name, count, total_ns, self_ns."""
         return _frame(self._analysis["host"]["python_frames"])
 
+    def roofline(self, by: str = "op"):
+        """The rooflines per device (``analysis.roofline``): ``by="op"``, the op rows furthest below
+        their roof first (rank, device, name, input_dims, dtype, family, category, count, kernels,
+        flops, bytes, gpu_ns, achieved_tflops, achieved_gbps, intensity, peak_tflops,
+        roof_tflops, bound, time_at_roof_ns, roof_pct, lost_ns); ``by="category"``, the same per
+        kernel category with kernel_ns and counted_ns; ``by="uncounted"``, the kernel time of ops
+        without a FLOP count (name, kernels, gpu_ns). Empty for a trace without GPU kernels.
+
+        Raises:
+            ValueError: ``by`` is none of those.
+        """
+        key = {"op": "ops", "category": "categories", "uncounted": "uncounted"}.get(by)
+        if key is None:
+            raise ValueError(f"by={by!r}: expected 'op', 'category' or 'uncounted'")
+        rows = [
+            {"rank": d["rank"], "device": d["device"], **row}
+            for d in self._analysis["roofline"]["devices"]
+            for row in d[key]
+        ]
+        return _frame(rows)
+
     def memory(self):
         """Peak memory per (rank, device) from PyTorch's memory events (device -1: the CPU):
         rank, device, events, peak_allocated_bytes, peak_ns, peak_reserved_bytes, timeline
@@ -125,7 +160,22 @@ def _frame(rows: list[dict]):
 
 
 def open(
-    paths, db: str | os.PathLike | None = None, step_range: str | None = None, top: int = 10
+    paths,
+    db: str | os.PathLike | None = None,
+    step_range: str | None = None,
+    top: int = 10,
+    peak_tflops: float | None = None,
+    peak_fp32_tflops: float | None = None,
+    peak_bandwidth_gbps: float | None = None,
 ) -> Trace:  # shadows the builtin inside this module only
-    """Ingest ``paths`` (a path or a list, as ``wanscope analyze`` takes them); see ``Trace``."""
-    return Trace(paths, db=db, step_range=step_range, top=top)
+    """Ingest ``paths`` (a path or a list, as ``wanscope analyze`` takes them); see ``Trace``.
+    ``peak_*``: measured peaks for the rooflines (``analyze``'s ``--peak-*`` options)."""
+    return Trace(
+        paths,
+        db=db,
+        step_range=step_range,
+        top=top,
+        peak_tflops=peak_tflops,
+        peak_fp32_tflops=peak_fp32_tflops,
+        peak_bandwidth_gbps=peak_bandwidth_gbps,
+    )

@@ -26,7 +26,7 @@ def test_analyze_default_names_the_embedded_trace():
 def test_analyze_json_layout():
     r = run_cli("analyze", "--format", "json", "--top", "3")
     doc = json.loads(r.stdout)
-    assert doc["schema_version"] == 3
+    assert doc["schema_version"] == 4
     (d,) = doc["devices"]
     assert set(d) >= {
         "rank",

@@ -316,7 +316,7 @@ def test_an_event_dense_with_arguments_not_read(tmp_path, layout):
         "tid": 1,
         "ts": 6,
         "dur": 2,
-        "args": {"External id": 9, "Concrete Inputs": [1] * 6_000_000},
+        "args": {"External id": 9, "Input Strides": [1] * 6_000_000},
     }
     text = texts([line(e) for e in [*E[:2], big, *E[2:]]])[layout]
     path = tmp_path / "t.json"

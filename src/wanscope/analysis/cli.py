@@ -13,7 +13,9 @@ from wanscope.errors import UsageError
 ANALYZE_HELP = """Analyze GPU traces: utilization, time by category, top kernels, idle gaps
 with the CPU call stack behind the largest, host-device syncs and per-step times, per
 (rank, device); host time and self time by op per thread, the Python frames with most self
-time, launch overhead and the launch queue; peak memory from PyTorch's memory events.
+time, launch overhead and the launch queue; peak memory from PyTorch's memory events;
+rooflines of the ops with recorded shapes (FLOPs and bytes against the GPU's datasheet peaks,
+or measured ones given below), furthest below their roof first.
 
 TRACE: Kineto .json/.json.gz files, Nsight Systems .sqlite exports, a directory of rank
 files, or a database kept with --db. With no TRACE, the H200 Wan2.1 trace embedded in
@@ -32,7 +34,7 @@ def _open(traces, db):
 @click.command(help=ANALYZE_HELP)
 @click.argument("traces", nargs=-1, type=click.Path())
 @format_option("table", "json")
-@top_option("Kernels listed per device before the 'other' row; also the largest gaps listed.")
+@top_option("Kernels listed per device before the 'other' row; also the largest gaps and roofline rows listed.")
 @click.option("--step-range", metavar="A:B", help="Only steps A <= step < B (either end may be omitted).")
 @click.option(
     "--min-gap-ns",
@@ -41,8 +43,23 @@ def _open(traces, db):
     type=click.IntRange(0),
     help="Ignore idle gaps shorter than this (ns).",
 )
+@click.option(
+    "--peak-tflops",
+    type=click.FloatRange(0, min_open=True),
+    help="Measured dense BF16/FP16 tensor-core peak (TFLOP/s) for the rooflines, in place of the datasheet's.",
+)
+@click.option(
+    "--peak-fp32-tflops",
+    type=click.FloatRange(0, min_open=True),
+    help="Measured FP32 (CUDA-core) peak (TFLOP/s): the roof of elementwise ops, norms and FP32 matmuls.",
+)
+@click.option(
+    "--peak-bandwidth-gbps",
+    type=click.FloatRange(0, min_open=True),
+    help="Measured DRAM bandwidth (GB/s) for the rooflines, in place of the datasheet's.",
+)
 @click.option("--db", type=click.Path(dir_okay=False), help="Keep the ingested database in this file.")
-def analyze(traces, fmt, top, step_range, min_gap_ns, db):
+def analyze(traces, fmt, top, step_range, min_gap_ns, peak_tflops, peak_fp32_tflops, peak_bandwidth_gbps, db):
     from wanscope.analysis.scope import Scope, parse_step_range
     from wanscope.analysis.summary import analyze as run
 
@@ -54,7 +71,15 @@ def analyze(traces, fmt, top, step_range, min_gap_ns, db):
         used = f"{traces[0]} (embedded default: Wan2.1 1.3B DiT forward on an H200, diffusers, random weights)"
     scope = Scope(parse_step_range(step_range))
     con = _open(traces, db)
-    result = run(con, top=top, scope=scope, min_gap_ns=min_gap_ns)
+    result = run(
+        con,
+        top=top,
+        scope=scope,
+        min_gap_ns=min_gap_ns,
+        peak_tflops=peak_tflops,
+        peak_fp32_tflops=peak_fp32_tflops,
+        peak_bandwidth_gbps=peak_bandwidth_gbps,
+    )
     if fmt == "json":
         click.echo(dumps_json(result))
     else:

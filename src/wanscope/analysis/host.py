@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wanscope.analysis.host_ranges import KINDS, host_ranges
+from wanscope.analysis.host_ranges import KINDS, HostRanges, host_ranges
 from wanscope.analysis.launches import LAUNCHED_SQL, distinct_per, groups, launch_queue
 from wanscope.analysis.scope import Scope
 from wanscope.trace.link import memory_limit
@@ -44,13 +44,14 @@ def _top(rows: list[dict], top: int, keys: tuple[str, ...], **fixed) -> list[dic
     return out
 
 
-def host(con, scope: Scope | None = None, top: int = 10) -> dict:
+def host(con, scope: Scope | None = None, top: int = 10, ranges: HostRanges | None = None) -> dict:
     """The host side of the trace in ``con``.
 
     Args:
         con: DuckDB connection with the canonical tables.
         scope: steps to restrict to (default: all of them, or the whole trace without steps).
         top: ops listed per thread, Python frames and API calls listed, before ``other``.
+        ranges: ``host_ranges(con, scope)`` where the caller has it (computed here otherwise).
 
     Returns:
         A dict (docs/json.md, "analyze JSON", ``host``): ``window`` ("steps" or "trace");
@@ -68,12 +69,13 @@ def host(con, scope: Scope | None = None, top: int = 10) -> dict:
     scope = scope or Scope()
     scope.check(con)
     with memory_limit(con, NEST_MEMORY_LIMIT):  # DuckDB's buffers shrunk beside the arrays, as ingest's nesting
-        ranges = host_ranges(con, scope)
-    ranges.position = ranges.cpu_parent = ranges.api_parent = None  # only the per-op totals need them
+        if ranges is None:
+            ranges = host_ranges(con, scope)
+            ranges.position = ranges.cpu_parent = ranges.api_parent = None  # only the per-op totals need them
     return _host(con, ranges, top)
 
 
-def _host(con, ranges, top: int) -> dict:
+def _host(con, ranges: HostRanges, top: int) -> dict:
     windows = ranges.windows
     ranges.register(con)
     try:

@@ -12,18 +12,21 @@ from wanscope.analysis.completeness import completeness, graph_trace_note
 from wanscope.analysis.fused import fused_kernels
 from wanscope.analysis.gaps import idle_gaps
 from wanscope.analysis.host import host
+from wanscope.analysis.host_ranges import host_ranges
 from wanscope.analysis.kernels import categories, top_kernels
 from wanscope.analysis.memory import memory
 from wanscope.analysis.ranks import communication, rank_count, rank_summary
+from wanscope.analysis.roofline import roofline, roofline_notes
 from wanscope.analysis.scope import Scope
 from wanscope.analysis.steps import step_times
 from wanscope.analysis.syncs import find_syncs
 from wanscope.analysis.utilization import device_utilization
 from wanscope.trace.kineto import CLAIMED_RANK_KEY, OTHER_ACCELERATOR_KEY, OTHER_ACCELERATORS
-from wanscope.trace.link import PARTIAL_OVERLAPS_KEY
+from wanscope.trace.link import PARTIAL_OVERLAPS_KEY, memory_limit
+from wanscope.trace.load import NEST_MEMORY_LIMIT
 from wanscope.trace.nsys_export import DEGRADED_KEY
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def warnings(con) -> dict[str, int]:
@@ -160,15 +163,26 @@ def device_communication(rows: list[dict]) -> dict:
     }
 
 
-def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0) -> dict:
+def analyze(
+    con,
+    top: int = 10,
+    scope: Scope | None = None,
+    min_gap_ns: int = 0,
+    peak_tflops: float | None = None,
+    peak_fp32_tflops: float | None = None,
+    peak_bandwidth_gbps: float | None = None,
+) -> dict:
     """Analyze an ingested trace database.
 
     Args:
         con: DuckDB connection with the canonical tables (``wanscope.trace.open_traces``).
         top: kernels listed per device before the ``other`` row; also the number of
-            largest gaps listed.
+            largest gaps listed, and of roofline rows.
         scope: steps to restrict to (default: the whole trace).
         min_gap_ns: ignore idle gaps shorter than this (ns).
+        peak_tflops, peak_fp32_tflops, peak_bandwidth_gbps: measured peaks for the rooflines
+            (BF16/FP16 tensor-core TFLOP/s, FP32 TFLOP/s, DRAM GB/s), replacing the datasheet
+            table's (``analysis.peaks``).
 
     Raises:
         UsageError: ``scope`` selects none of the trace's steps.
@@ -176,7 +190,9 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
     Returns:
         A dict: ``schema_version``, ``sources``, ``warnings``, ``devices`` (one per
         (rank, device) with GPU activity), ``syncs``, ``steps``, ``host`` (``analysis.host``: host time and self time by op per
-        thread, Python frames, launch overhead and the launch queue), ``memory`` (``analysis.memory``:
+        thread, Python frames, launch overhead and the launch queue), ``roofline``
+        (``analysis.roofline``: FLOPs and bytes of the ops with recorded shapes against each
+        GPU's peaks), ``memory`` (``analysis.memory``:
         one per (rank, device) with PyTorch's memory events, the CPU as -1), and ``notes`` (plain
         sentences, e.g. "no GPU activity" for a CPU-only trace); with more than one rank also
         ``ranks`` (communication time and overlap per device, slowest rank per step).
@@ -211,6 +227,11 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
     steps = step_times(con, scope)
     missing, missing_notes = completeness(con, steps, gpu_ranks)
     mem = memory(con, top)
+    with memory_limit(con, NEST_MEMORY_LIMIT):  # one nesting of the host ranges for both
+        ranges = host_ranges(con, scope)
+        host_side = host(con, scope, top, ranges=ranges)
+        roof = roofline(con, scope, top, peak_tflops, peak_fp32_tflops, peak_bandwidth_gbps, ranges=ranges)
+    del ranges
     notes = (
         rank_notes(srcs)
         + degraded_notes(con)
@@ -219,6 +240,7 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         + graph_trace_note(warns)
         + missing_notes
         + run_notes(con)
+        + (roofline_notes(roof) if devices else [])
     )
     warns = dict(sorted({**warns, **missing}.items()))
     if not devices:
@@ -239,7 +261,8 @@ def analyze(con, top: int = 10, scope: Scope | None = None, min_gap_ns: int = 0)
         "devices": devices,
         "syncs": find_syncs(con, gpu_ranks, scope),
         "steps": steps,
-        "host": host(con, scope, top),
+        "host": host_side,
+        "roofline": roof,
         "memory": mem,
         "notes": notes,
     }

@@ -26,8 +26,8 @@ HOST_THREADS_SHOWN = 4  # the busiest threads, those with a tenth of the busiest
 
 def render_analysis(result: dict, console: Console | None = None, used: str | None = None) -> None:
     """Print the analysis summary: per device utilization, categories, top kernels, gaps
-    with the stack behind the largest, then syncs, steps, the host side, memory, the ``ranks`` section (with several
-    ranks) and warnings."""
+    with the stack behind the largest, then syncs, steps, the host side, the rooflines, memory, the ``ranks``
+    section (with several ranks) and warnings."""
     c = console or make_console()
     if used:
         c.print(f"[bold]trace:[/bold] {quoted(used)}", soft_wrap=True)  # a path is not cut at the width
@@ -124,6 +124,8 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
         c.print(t)
     if result.get("host"):
         render_host(result["host"], c)
+    if result.get("roofline"):
+        render_roofline(result["roofline"], c)
     for m in result.get("memory", []):
         where = "CPU" if m["device"] == -1 else f"device {m['device']}"
         c.print(
@@ -192,6 +194,79 @@ def render_host(h: dict, c: Console) -> None:
             f"launch queue, rank {q['rank']} · device {q['device']}: kernels launched but not yet started: "
             f"max {q['max']:,}, mean {q['mean']:,.1f} over {fmt_ns(q['end_ns'] - q['start_ns'])}"
         )
+
+
+def _num(x, fmt: str = ",.1f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _dims(dims) -> str:
+    """Recorded input shapes, the tensors only: ``[1, 32760, 1536] x [1536, 1536]``."""
+    if dims is None:
+        return "-"
+    return " x ".join(str(d) for d in dims if isinstance(d, list) and d) or "-"
+
+
+def render_roofline(roof: dict, c: Console) -> None:
+    """Per device: the peaks used, the op rows furthest below their roof, the kernel categories,
+    and the kernel time in ops without a FLOP count (``analysis.roofline``)."""
+    for d in roof["devices"]:
+        p = d["peaks"]
+        srcs = p["sources"]
+        origin = "measured" if "measured" in srcs.values() else ("datasheet" if p["matched"] else srcs.get("bandwidth"))
+        c.print(
+            f"roofline peaks, rank {d['rank']} · device {d['device']} ({p['gpu'] or 'name not recorded'}"
+            f"{', ' + p['matched'] if p['matched'] else ''}, {origin or 'unknown'}): "
+            f"BF16 {_num(p['bf16_tflops'])} · FP8 {_num(p['fp8_tflops'])} · FP32 {_num(p['fp32_tflops'])} TFLOP/s · "
+            f"DRAM {_num(p['bandwidth_gbps'], ',.0f')} GB/s · ops with a FLOP count hold "
+            f"{fmt_pct(d['counted_pct'])} of {fmt_ns(d['kernel_ns'])} kernel time"
+        )
+        t = DataTable(
+            "op",
+            "input shapes",
+            "calls",
+            "GPU time",
+            "TFLOP/s",
+            "GB/s",
+            "FLOP/B",
+            "bound",
+            "% of roof",
+            "lost",
+            title="rooflines: ops furthest below their roof (time lost = GPU time - time at the roof)",
+        )
+        for r in d["ops"]:
+            t.add_row(
+                short_name(r["name"], 40),
+                short_name(_dims(r["input_dims"]), 48),
+                f"{r['count']:,}",
+                fmt_ns(r["gpu_ns"]),
+                _num(r["achieved_tflops"]),
+                _num(r["achieved_gbps"], ",.0f"),
+                _num(r["intensity"]),
+                r["bound"] or "-",
+                fmt_pct(r["roof_pct"]),
+                fmt_ns(r["lost_ns"]),
+            )
+        c.print(t)
+        t = DataTable(
+            "category", "kernel time", "counted", "TFLOP/s", "GB/s", "% of roof", "lost", title="rooflines by category"
+        )
+        for r in d["categories"]:
+            t.add_row(
+                r["category"],
+                fmt_ns(r["kernel_ns"]),
+                fmt_ns(r["counted_ns"]),
+                _num(r["achieved_tflops"]),
+                _num(r["achieved_gbps"], ",.0f"),
+                fmt_pct(r["roof_pct"]),
+                fmt_ns(r["lost_ns"]),
+            )
+        c.print(t)
+        if d["uncounted"]:
+            c.print(
+                "kernel time without a FLOP count, by innermost op: "
+                + ", ".join(f"{u['name']} {fmt_ns(u['gpu_ns'])}" for u in d["uncounted"])
+            )
 
 
 def render_ranks(ranks: dict, console: Console) -> None:

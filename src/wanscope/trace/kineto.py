@@ -117,6 +117,8 @@ _ARGS = {
     "shared memory": "VARCHAR",
     "bytes": "VARCHAR",
     "Input Dims": "VARCHAR",
+    "Input type": "VARCHAR",
+    "Concrete Inputs": "VARCHAR",
     "name": "VARCHAR",
     # PyTorch's memory events ([memory] instant events of profile_memory=True); their "Bytes"
     # cannot be read beside the memcpys' "bytes" (DuckDB's struct fields ignore case): the
@@ -219,6 +221,8 @@ SELECT
   CASE WHEN cat = 'kernel' THEN try_cast(args."shared memory" AS BIGINT) END AS smem,
   CASE WHEN cat IN {_GPU} AND cat <> 'kernel' THEN try_cast(args.bytes AS BIGINT) END AS bytes,
   CASE WHEN cat IN ('cpu_op', 'operator') THEN args."Input Dims"::VARCHAR END AS input_dims,
+  CASE WHEN cat IN ('cpu_op', 'operator') THEN args."Input type"::VARCHAR END AS input_types,
+  CASE WHEN cat IN ('cpu_op', 'operator') THEN args."Concrete Inputs"::VARCHAR END AS concrete_inputs,
   args.name AS arg_name,
   CASE WHEN mem THEN try_cast(args."Total Allocated" AS BIGINT) END AS mem_allocated,
   CASE WHEN mem THEN try_cast(args."Total Reserved" AS BIGINT) END AS mem_reserved,
@@ -980,7 +984,7 @@ def _insert_stage(con, rank: int, warn: dict[str, int], other: dict[str, int]) -
         SELECT NULL, NULL, NULL,
                CASE WHEN cat IN ('cpu_op', 'operator') THEN 'op'
                     WHEN cat = 'python_function' THEN 'python' ELSE 'annotation' END,
-               name, {rank}, pid, tid, start_ns, start_ns + dur_ns, dur_ns, ext, input_dims
+               name, {rank}, pid, tid, start_ns, start_ns + dur_ns, dur_ns, ext, input_dims, input_types, concrete_inputs
         FROM _stage WHERE dest = 'host'
     """)
     con.execute(f"""

@@ -469,7 +469,7 @@ class _Ingest:
             "cpu_ops",
             names,
             f"""id::BIGINT, NULL::BIGINT, NULL::INTEGER, 'nvtx', name::VARCHAR, {self.rank_sql}, pid::BIGINT, tid::BIGINT,
-                s::BIGINT, e::BIGINT, (e - s)::BIGINT, NULL::BIGINT, NULL::VARCHAR""",
+                s::BIGINT, e::BIGINT, (e - s)::BIGINT, NULL::BIGINT, NULL::VARCHAR, NULL::VARCHAR, NULL::VARCHAR""",
             rows,
         )
         self._insert(

@@ -69,7 +69,9 @@ CREATE TABLE cpu_ops (
   end_ns BIGINT,                -- ns: range end on the host
   dur_ns BIGINT,                -- ns: end_ns - start_ns
   external_id BIGINT,           -- -: Kineto External id (links an aten op to the API calls it made; not a correlation id)
-  input_dims VARCHAR            -- -: recorded input shapes as JSON text (record_shapes=True), else NULL
+  input_dims VARCHAR,           -- -: recorded input shapes as JSON text (record_shapes=True), else NULL
+  input_types VARCHAR,          -- -: recorded input dtypes as JSON text ("Input type": c10::BFloat16, float, Scalar, ...), else NULL
+  concrete_inputs VARCHAR       -- -: recorded scalar arguments as JSON text ("Concrete Inputs", "" for a tensor), else NULL
 );
 
 CREATE TABLE steps (
@@ -111,8 +113,8 @@ CREATE TABLE devices (
   compute_capability VARCHAR,   -- -: major.minor
   sm_count INTEGER,             -- SMs: streaming multiprocessors
   total_memory_bytes BIGINT,    -- bytes: device memory
-  peak_bf16_tflops DOUBLE,      -- TFLOP/s: dense peak where known, else NULL
-  memory_bandwidth_gbps DOUBLE  -- GB/s: peak DRAM bandwidth where known, else NULL
+  peak_bf16_tflops DOUBLE,      -- TFLOP/s: dense BF16 peak where the source records one (none does yet), else NULL; the rooflines take the datasheet table's
+  memory_bandwidth_gbps DOUBLE  -- GB/s: peak DRAM bandwidth where the source records it (Nsight Systems does), else NULL
 );
 
 CREATE TABLE meta (

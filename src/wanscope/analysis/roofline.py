@@ -38,6 +38,7 @@ import orjson
 from wanscope.analysis import flops as flops_mod
 from wanscope.analysis.categories import OTHER, categorize
 from wanscope.analysis.host_ranges import KINDS, HostRanges, host_ranges
+from wanscope.analysis.launches import groups
 from wanscope.analysis.peaks import Peaks, device_peaks
 from wanscope.analysis.scope import Scope
 from wanscope.trace.link import memory_limit
@@ -131,7 +132,7 @@ def _roofline(con, ranges: HostRanges, top: int, shapes: bool, overrides: tuple)
     devices = []
     dev_props = {(r, d): (name, bw) for r, d, name, bw in con.execute(_DEVICES_SQL).fetchall()}
     names_of = _op_names(con, ranges, inner[(best < 0) & (inner >= 0)])
-    for (rank, device), sel in _groups(kernels["rank"], kernels["device"]):
+    for (rank, device), sel in groups(kernels["rank"], kernels["device"]):
         gpu, trace_bw = dev_props.get((rank, device), (None, None))
         peaks = device_peaks(gpu, trace_bw, *overrides)
         devices.append(
@@ -263,20 +264,6 @@ def _op_names(con, ranges: HostRanges, positions: np.ndarray) -> dict[int, str]:
     return {at[int(r)]: name for r, name in got}
 
 
-def _groups(*keys: np.ndarray):
-    """(key tuple, row indices) per distinct combination of ``keys``, in key order."""
-    if not len(keys[0]):
-        return
-    order = np.lexsort(keys[::-1])
-    sk = [k[order] for k in keys]
-    change = np.ones(len(order), bool)
-    change[1:] = np.any([k[1:] != k[:-1] for k in sk], axis=0)
-    starts = np.flatnonzero(change)
-    ends = np.append(starts[1:], len(order))
-    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-        yield tuple(int(k[a]) for k in sk), order[a:b]
-
-
 def time_at_roof(flops: dict[str, float], nbytes: float, peaks: Peaks) -> tuple[float, str] | None:
     """(ns at the roof, ``compute`` or ``memory``) for ``flops`` (unit -> FLOPs) moving ``nbytes``
     bytes; None where the main unit (the most FLOPs) has no peak or the bandwidth is unknown
@@ -335,7 +322,7 @@ def _device(rank, device, peaks, kernels, sel, best, inner, sig_of, counts, sign
     kernel_ns, counted_ns = int(ns.sum()), int(ns[counted].sum())
     rows = []
     sig = sig_of[b[counted]]
-    for (s,), idx in _groups(sig):
+    for (s,), idx in groups(sig):
         c = counts[s]
         calls = len(np.unique(b[counted][idx]))
         gpu_ns = int(ns[counted][idx].sum())
@@ -359,7 +346,7 @@ def _device(rank, device, peaks, kernels, sel, best, inner, sig_of, counts, sign
         )
     rows.sort(key=lambda r: (r["lost_ns"] is None, -(r["lost_ns"] or 0), -r["gpu_ns"], r["name"]))
     categories = []
-    for (k,), idx in _groups(cat):
+    for (k,), idx in groups(cat):
         mine = [r for r in rows if r["category"] == cats[k]]
         categories.append(
             {
@@ -390,7 +377,7 @@ def _device(rank, device, peaks, kernels, sel, best, inner, sig_of, counts, sign
     for r in listed:
         r.pop("_flops_by_unit", None)
     uncounted: dict[str, list[int]] = {}
-    for (p,), idx in _groups(inn[~counted]):
+    for (p,), idx in groups(inn[~counted]):
         name = names_of.get(p, NO_OP) if p >= 0 else NO_OP
         acc = uncounted.setdefault(name, [0, 0])
         acc[0] += int(nk[~counted][idx].sum())

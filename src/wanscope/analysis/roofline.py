@@ -45,7 +45,8 @@ from wanscope.trace.link import memory_limit
 from wanscope.trace.load import NEST_MEMORY_LIMIT
 
 # The calls of known ops grouped by recorded arguments, with their scan rows: one pass over the
-# strings (a hash of them per row, then the distinct ones, took twice as long)
+# strings (a hash of them per row, then the distinct ones, took twice as long); their times
+# apart (as lists beside the rows they did not fit in DuckDB's memory beside the host ranges)
 _SIGNATURES_SQL = """
 SELECT name, input_dims, input_types, concrete_inputs, list(rowid)
 FROM cpu_ops WHERE kind = 'op' AND name IN ({names}) GROUP BY ALL
@@ -59,8 +60,9 @@ WHERE a.correlation IS NOT NULL
 """
 _CODES_SQL = "SELECT k.rowid AS kr, n.code FROM kernels k JOIN _roofline_names n ON n.name = k.name"
 _CALLS_SQL = "SELECT rowid AS i, rank, start_ns, end_ns FROM api_calls"
+# every op's times (a filter on the name too took three times as long)
+_TIMES_SQL = "SELECT rowid AS r, start_ns, end_ns FROM cpu_ops WHERE kind = 'op'"
 _NAMES_SQL = "SELECT c.rowid, c.name FROM cpu_ops c SEMI JOIN (SELECT unnest($rows) AS r) x ON c.rowid = x.r"
-_TIMES_SQL = "SELECT rowid AS r, start_ns, end_ns FROM cpu_ops WHERE kind = 'op' AND name IN ({names})"
 _SHAPES_SQL = "SELECT count(*) FROM (SELECT 1 FROM cpu_ops WHERE input_dims IS NOT NULL LIMIT 1)"
 NO_OP = "(no op)"
 UNCOUNTED_NOTE_PCT = 1  # a note names the uncounted ops where they hold at least this % of kernel time
@@ -108,7 +110,7 @@ def _roofline(con, ranges: HostRanges, top: int, shapes: bool, overrides: tuple)
     signature: list[tuple[str, str]] = []
     n = len(ranges.cpu_parent)
     sig_of = np.full(n, -1, np.int64)  # by position: the op's index in ``counts``, -1 uncounted
-    start = end = np.zeros(0, np.int64)
+    start, end = np.zeros(n, np.int64), np.zeros(n, np.int64)  # by position, of the counted ops
     if shapes:
         names = ", ".join("'" + name.replace("'", "''") + "'" for name in flops_mod.op_names())
         in_window = ranges.tables["cpu_ops"][2]
@@ -117,14 +119,12 @@ def _roofline(con, ranges: HostRanges, top: int, shapes: bool, overrides: tuple)
             if c is None:
                 continue
             rows = np.asarray(rows, np.int64)
-            rows = rows[in_window[rows]]
-            sig_of[ranges.position[rows]] = len(counts)
+            sig_of[ranges.position[rows[in_window[rows]]]] = len(counts)
             counts.append(c)
             signature.append((name, dims))
         if counts:
-            times = con.execute(_TIMES_SQL.format(names=names)).fetchnumpy()
+            times = con.execute(_TIMES_SQL).fetchnumpy()
             at = ranges.position[np.asarray(times["r"], np.int64)]
-            start, end = np.zeros(n, np.int64), np.zeros(n, np.int64)
             start[at], end[at] = times["start_ns"], times["end_ns"]
     kernels = _kernels_per_call(con, ranges)
     best = _outermost(ranges, sig_of >= 0, start, end, kernels)
@@ -321,12 +321,12 @@ def _device(rank, device, peaks, kernels, sel, best, inner, sig_of, counts, sign
     counted = b >= 0
     kernel_ns, counted_ns = int(ns.sum()), int(ns[counted].sum())
     rows = []
-    sig = sig_of[b[counted]]
-    for (s,), idx in groups(sig):
+    c_b, c_ns, c_cat, c_nk = b[counted], ns[counted], cat[counted], nk[counted]
+    for (s,), idx in groups(sig_of[c_b]):
         c = counts[s]
-        calls = len(np.unique(b[counted][idx]))
-        gpu_ns = int(ns[counted][idx].sum())
-        by_cat = np.bincount(cat[counted][idx], weights=ns[counted][idx], minlength=len(cats))
+        calls = len(np.unique(c_b[idx]))
+        gpu_ns = int(c_ns[idx].sum())
+        by_cat = np.bincount(c_cat[idx], weights=c_ns[idx], minlength=len(cats))
         name, dims = signature[s]
         f = {}
         for u, v in c.flops:
@@ -339,7 +339,7 @@ def _device(rank, device, peaks, kernels, sel, best, inner, sig_of, counts, sign
                 "family": c.family,
                 "category": str(cats[int(np.argmax(by_cat))]),
                 "count": calls,
-                "kernels": int(nk[counted][idx].sum()),
+                "kernels": int(c_nk[idx].sum()),
                 **roof_fields(f, c.bytes * calls, gpu_ns, peaks),
                 "_flops_by_unit": f,
             }
@@ -377,11 +377,13 @@ def _device(rank, device, peaks, kernels, sel, best, inner, sig_of, counts, sign
     for r in listed:
         r.pop("_flops_by_unit", None)
     uncounted: dict[str, list[int]] = {}
-    for (p,), idx in groups(inn[~counted]):
-        name = names_of.get(p, NO_OP) if p >= 0 else NO_OP
-        acc = uncounted.setdefault(name, [0, 0])
-        acc[0] += int(nk[~counted][idx].sum())
-        acc[1] += int(ns[~counted][idx].sum())
+    positions, at = np.unique(inn[~counted], return_inverse=True)
+    n_k = np.bincount(at, weights=nk[~counted], minlength=len(positions))
+    n_ns = np.bincount(at, weights=ns[~counted], minlength=len(positions))
+    for p, k, t in zip(positions.tolist(), n_k.tolist(), n_ns.tolist(), strict=True):
+        acc = uncounted.setdefault(names_of.get(p, NO_OP) if p >= 0 else NO_OP, [0, 0])
+        acc[0] += round(k)
+        acc[1] += round(t)
     un = sorted(
         ({"name": k, "kernels": v[0], "gpu_ns": v[1]} for k, v in uncounted.items()),
         key=lambda u: (-u["gpu_ns"], u["name"]),

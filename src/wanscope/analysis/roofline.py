@@ -32,6 +32,8 @@ Definitions (docs/design.md, "Rooflines"):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import orjson
 
@@ -45,14 +47,13 @@ from wanscope.trace.link import memory_limit
 from wanscope.trace.load import NEST_MEMORY_LIMIT
 
 # The calls of known ops grouped by recorded arguments, with their scan rows: one pass over the
-# strings (a hash of them per row, then the distinct ones, took twice as long); their times
-# apart (as lists beside the rows they did not fit in DuckDB's memory beside the host ranges)
+# strings (a hash of them per row, then the distinct ones, took twice as long); their times apart
 _SIGNATURES_SQL = """
 SELECT name, input_dims, input_types, concrete_inputs, list(rowid)
 FROM cpu_ops WHERE kind = 'op' AND name IN ({names}) GROUP BY ALL
 """
 # each kernel with its launching API call's scan row; the kernels' category codes and the calls'
-# times apart (one join carrying them did not fit in DuckDB's memory beside the host ranges)
+# times apart (one join carrying them all took more memory)
 _KERNELS_SQL = """
 SELECT a.rowid AS i, k.rowid AS kr, k.device, k.dur_ns AS ns
 FROM api_calls a JOIN kernels k ON k.rank = a.rank AND k.pid = a.pid AND k.correlation = a.correlation
@@ -68,6 +69,60 @@ NO_OP = "(no op)"
 UNCOUNTED_NOTE_PCT = 1  # a note names the uncounted ops where they hold at least this % of kernel time
 
 
+@dataclass
+class Inputs:
+    """What the rooflines read from the tables, before the host ranges are nested (DuckDB then
+    has its full memory; under the nesting's limit these queries took several times as long).
+
+    Attributes:
+        shapes: whether any op has recorded shapes.
+        counts, signature: per counted (op, recorded arguments): its ``flops.Count`` and
+            (name, ``input_dims`` text).
+        rows, sig, start, end: int64 [counted calls]: each call's ``cpu_ops`` scan row, its index
+            in ``counts``, its start and end (ns).
+        kernels: per kernel launched by an API call (``_kernels``).
+        devices: (rank, device) -> (name, ``memory_bandwidth_gbps``) from ``devices``.
+    """
+
+    shapes: bool
+    counts: list
+    signature: list
+    rows: np.ndarray
+    sig: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    kernels: dict
+    devices: dict
+
+
+def inputs(con) -> Inputs:
+    """The tables' part of the rooflines (``Inputs``); call it before ``host.host_ranges``."""
+    shapes = bool(con.execute(_SHAPES_SQL).fetchone()[0])
+    counts: list[flops_mod.Count] = []
+    signature: list[tuple[str, str]] = []
+    rows, sig = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    start = end = np.zeros(0, np.int64)
+    if shapes:
+        names = ", ".join("'" + name.replace("'", "''") + "'" for name in flops_mod.op_names())
+        for name, dims, types, concrete, at in con.execute(_SIGNATURES_SQL.format(names=names)).fetchall():
+            c = flops_mod.count(name, dims, types, concrete)
+            if c is None:
+                continue
+            rows.append(np.asarray(at, np.int64))
+            sig.append(np.full(len(at), len(counts), np.int64))
+            counts.append(c)
+            signature.append((name, dims))
+    rows, sig = np.concatenate(rows), np.concatenate(sig)
+    if len(rows):
+        times = con.execute(_TIMES_SQL).fetchnumpy()
+        by_row = np.zeros((2, int(np.max(times["r"])) + 1), np.int64)
+        by_row[:, np.asarray(times["r"], np.int64)] = times["start_ns"], times["end_ns"]
+        start, end = by_row[0][rows], by_row[1][rows]
+        del times, by_row
+    devices = {(r, d): (name, bw) for r, d, name, bw in con.execute(_DEVICES_SQL).fetchall()}
+    return Inputs(shapes, counts, signature, rows, sig, start, end, _kernels(con), devices)
+
+
 def roofline(
     con,
     scope: Scope | None = None,
@@ -76,6 +131,7 @@ def roofline(
     peak_fp32_tflops: float | None = None,
     peak_bandwidth_gbps: float | None = None,
     ranges: HostRanges | None = None,
+    read: Inputs | None = None,
 ) -> dict:
     """The rooflines of the trace in ``con``.
 
@@ -85,7 +141,8 @@ def roofline(
         top: rows listed per device (ops by time lost, uncounted ops by time) before ``other``.
         peak_tflops, peak_fp32_tflops, peak_bandwidth_gbps: measured peaks replacing the
             table's (``peaks.device_peaks``).
-        ranges: the window's host ranges (``host.host_ranges``), where the caller has them.
+        ranges, read: the window's host ranges (``host.host_ranges(con, scope)``) and
+            ``inputs(con)``, where the caller has them (computed here otherwise).
 
     Returns:
         A dict (docs/json.md, "analyze JSON", ``roofline``): ``shapes_recorded`` (whether any
@@ -97,55 +154,42 @@ def roofline(
         counts, rates in TFLOP/s and GB/s, intensities in FLOP/byte.
     """
     scope = scope or Scope()
-    shapes = bool(con.execute(_SHAPES_SQL).fetchone()[0])
+    read = read or inputs(con)
     overrides = (peak_tflops, peak_fp32_tflops, peak_bandwidth_gbps)
     if ranges is None:
         with memory_limit(con, NEST_MEMORY_LIMIT):
-            return _roofline(con, host_ranges(con, scope), top, shapes, overrides)
-    return _roofline(con, ranges, top, shapes, overrides)
+            return _roofline(con, host_ranges(con, scope), read, top, overrides)
+    return _roofline(con, ranges, read, top, overrides)
 
 
-def _roofline(con, ranges: HostRanges, top: int, shapes: bool, overrides: tuple) -> dict:
-    counts: list[flops_mod.Count] = []
-    signature: list[tuple[str, str]] = []
+def _roofline(con, ranges: HostRanges, read: Inputs, top: int, overrides: tuple) -> dict:
     n = len(ranges.cpu_parent)
     sig_of = np.full(n, -1, np.int64)  # by position: the op's index in ``counts``, -1 uncounted
     start, end = np.zeros(n, np.int64), np.zeros(n, np.int64)  # by position, of the counted ops
-    if shapes:
-        names = ", ".join("'" + name.replace("'", "''") + "'" for name in flops_mod.op_names())
-        in_window = ranges.tables["cpu_ops"][2]
-        for name, dims, types, concrete, rows in con.execute(_SIGNATURES_SQL.format(names=names)).fetchall():
-            c = flops_mod.count(name, dims, types, concrete)
-            if c is None:
-                continue
-            rows = np.asarray(rows, np.int64)
-            sig_of[ranges.position[rows[in_window[rows]]]] = len(counts)
-            counts.append(c)
-            signature.append((name, dims))
-        if counts:
-            times = con.execute(_TIMES_SQL).fetchnumpy()
-            at = ranges.position[np.asarray(times["r"], np.int64)]
-            start[at], end[at] = times["start_ns"], times["end_ns"]
-    kernels = _kernels_per_call(con, ranges)
+    keep = ranges.tables["cpu_ops"][2][read.rows]  # in the window
+    at = ranges.position[read.rows[keep]]
+    sig_of[at], start[at], end[at] = read.sig[keep], read.start[keep], read.end[keep]
+    k = read.kernels
+    window = ranges.tables["api_calls"][2][k["i"]] if len(k["i"]) else np.zeros(0, bool)
+    kernels = {key: v[window] for key, v in k.items() if key != "cats"} | {"cats": k["cats"]}
     best = _outermost(ranges, sig_of >= 0, start, end, kernels)
     inner = _innermost_op(ranges, kernels["i"])
     devices = []
-    dev_props = {(r, d): (name, bw) for r, d, name, bw in con.execute(_DEVICES_SQL).fetchall()}
     names_of = _op_names(con, ranges, inner[(best < 0) & (inner >= 0)])
     for (rank, device), sel in groups(kernels["rank"], kernels["device"]):
-        gpu, trace_bw = dev_props.get((rank, device), (None, None))
+        gpu, trace_bw = read.devices.get((rank, device), (None, None))
         peaks = device_peaks(gpu, trace_bw, *overrides)
         devices.append(
-            _device(rank, device, peaks, kernels, sel, best, inner, sig_of, counts, signature, names_of, top)
+            _device(rank, device, peaks, kernels, sel, best, inner, sig_of, read.counts, read.signature, names_of, top)
         )
-    return {"shapes_recorded": shapes, "devices": devices}
+    return {"shapes_recorded": read.shapes, "devices": devices}
 
 
 _DEVICES_SQL = "SELECT rank, device, any_value(name), any_value(memory_bandwidth_gbps) FROM devices GROUP BY ALL"
 
 
-def _kernels_per_call(con, ranges: HostRanges) -> dict[str, np.ndarray]:
-    """Per kernel launched by an API call in the window: ``i`` (the call's scan row), ``rank``,
+def _kernels(con) -> dict[str, np.ndarray]:
+    """Per kernel launched by an API call: ``i`` (the call's scan row), ``rank``,
     ``call_start``, ``call_end`` (the call's, ns), ``device``, ``cat`` (index into ``cats``),
     ``kernels`` (1), ``ns`` (its duration); ``cats`` the category names."""
     names = [n for (n,) in con.execute("SELECT DISTINCT name FROM kernels").fetchall()]
@@ -166,11 +210,11 @@ def _kernels_per_call(con, ranges: HostRanges) -> dict[str, np.ndarray]:
     by_kernel[np.asarray(codes["kr"], np.int64)] = codes["code"]
     by_call = {}
     rows = np.asarray(calls["i"], np.int64)
-    for k in ("rank", "start_ns", "end_ns"):
-        by_call[k] = np.empty(len(rows), np.int64)
-        by_call[k][rows] = calls[k]
+    for key in ("rank", "start_ns", "end_ns"):
+        by_call[key] = np.empty(len(rows), np.int64)
+        by_call[key][rows] = calls[key]
     i = np.asarray(got["i"], np.int64)
-    out = {
+    return {
         "i": i,
         "rank": by_call["rank"][i],
         "call_start": by_call["start_ns"][i],
@@ -178,12 +222,9 @@ def _kernels_per_call(con, ranges: HostRanges) -> dict[str, np.ndarray]:
         "device": np.asarray(got["device"], np.int64),
         "cat": by_kernel[np.asarray(got["kr"], np.int64)],
         "ns": np.asarray(got["ns"], np.int64),
+        "kernels": np.ones(len(i), np.int64),
+        "cats": np.array(cats, dtype=object),
     }
-    out["kernels"] = np.ones(len(i), np.int64)
-    keep = ranges.tables["api_calls"][2][i] if len(i) else np.zeros(0, bool)
-    out = {k: v[keep] for k, v in out.items()}
-    out["cats"] = np.array(cats, dtype=object)
-    return out
 
 
 def _thread_of_position(ranges: HostRanges) -> np.ndarray:

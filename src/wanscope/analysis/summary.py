@@ -16,7 +16,7 @@ from wanscope.analysis.host_ranges import host_ranges
 from wanscope.analysis.kernels import categories, top_kernels
 from wanscope.analysis.memory import memory
 from wanscope.analysis.ranks import communication, rank_count, rank_summary
-from wanscope.analysis.roofline import roofline, roofline_notes
+from wanscope.analysis.roofline import inputs, roofline, roofline_notes
 from wanscope.analysis.scope import Scope
 from wanscope.analysis.steps import step_times
 from wanscope.analysis.syncs import find_syncs
@@ -227,11 +227,13 @@ def analyze(
     steps = step_times(con, scope)
     missing, missing_notes = completeness(con, steps, gpu_ranks)
     mem = memory(con, top)
+    read = inputs(con)  # the rooflines' queries, with DuckDB's full memory
     with memory_limit(con, NEST_MEMORY_LIMIT):  # one nesting of the host ranges for both
         ranges = host_ranges(con, scope)
         host_side = host(con, scope, top, ranges=ranges)
-        roof = roofline(con, scope, top, peak_tflops, peak_fp32_tflops, peak_bandwidth_gbps, ranges=ranges)
-    del ranges
+        peaks = (peak_tflops, peak_fp32_tflops, peak_bandwidth_gbps)
+        roof = roofline(con, scope, top, *peaks, ranges=ranges, read=read)
+    del ranges, read
     notes = (
         rank_notes(srcs)
         + degraded_notes(con)

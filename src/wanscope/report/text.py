@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from wanscope.clitools import console as make_console
+from wanscope.report.kernel_names import display_names
 from wanscope.report.tables import DataTable, clean, quoted, short_name
 from wanscope.report.units import fmt_bytes, fmt_ns, fmt_pct
 
@@ -59,9 +60,13 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
                 f"exposed {fmt_ns(comm['exposed_communication_ns'])}"
             )
         t = DataTable("kernel", "count", "total", "mean", "%", title="top kernels")
+        shown = display_names(
+            [k["name"] for k in d["top_kernels"] + d.get("fused_kernels", []) if k["name"] != "other"]
+            + [gap["next_op"]["name"] for gap in d["gaps"]["largest"]]
+        )
         for row in d["top_kernels"]:
             t.add_row(
-                short_name(row["name"]),
+                short_name(shown.get(row["name"], row["name"])),
                 f"{row['count']:,}",
                 fmt_ns(row["total_ns"]),
                 fmt_ns(row["mean_ns"]),
@@ -81,7 +86,7 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
             for k in d["fused_kernels"]:
                 ops = ", ".join(k["ops"]) + (f" (+ unmatched: {', '.join(k['unmatched'])})" if k["unmatched"] else "")
                 t.add_row(
-                    short_name(k["name"], 60),
+                    short_name(shown[k["name"]], 60),
                     k["kind"] or "-",
                     ops,
                     f"{k['count']:,}",
@@ -98,7 +103,7 @@ def render_analysis(result: dict, console: Console | None = None, used: str | No
             more = len(gap["stack"]) - len(stack)
             t.add_row(
                 fmt_ns(gap["dur_ns"]),
-                short_name(gap["next_op"]["name"], 50),
+                short_name(shown[gap["next_op"]["name"]], 50),
                 (f"… {more} outer frames\n" if more else "") + "\n".join(clean(f) for f in stack),
             )
         c.print(t)

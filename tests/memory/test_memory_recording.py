@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from browser import VIEWPORT, probe
 from cli_context import run_main
 from synthetic_snapshots import GIB, Allocator, frames, snapshot, write
 
@@ -220,7 +221,7 @@ def test_our_engines_run_writes_the_snapshot_prints_it_and_reports_it(fake_recor
     assert r.stdout.splitlines()[-1].endswith(f"{out / 'report.html'}, {out / 'memory_snapshot.pickle'}")
     memory = json.loads((out / "report.json").read_text())["memory_snapshot"]
     assert memory["devices"][0]["groups"][0]["where"] == "/home/u/oom.py:8 in grow"
-    assert '"memory-d0-timeline"' in (out / "report.html").read_text()
+    assert '"snapshot-d0-timeline"' in (out / "report.html").read_text()
 
 
 def test_our_engines_run_refuses_it_without_cuda(tmp_path):
@@ -288,9 +289,14 @@ def test_a_command_that_runs_out_of_memory_gets_the_summary_and_the_report_its_c
     assert memory["devices"][0]["oom"]["size_bytes"] == 8 * GIB
     assert memory["devices"][0]["groups"][0]["bytes"] == 2 * GIB
     page = (out / "report.html").read_text()
-    assert "GPU memory (the CUDA allocator's snapshot)" in page
-    assert '"memory-d0-stacks"' in page and '"memory-d0-timeline"' in page
+    assert "The CUDA allocator's snapshot" in page
+    assert '"snapshot-d0-stacks"' in page and '"snapshot-d0-timeline"' in page
     assert "/home/u/oom.py:8 in grow" in page
+    found, errors = probe(out / "report.html", tmp_path)
+    assert errors == []
+    memory = next(s for s in found["sections"] if s["id"] == "memory")
+    assert memory["plots"] == memory["drawn"] == 2  # the stacks at the failed allocation, the timeline
+    assert found["max_right"] <= VIEWPORT
 
 
 def test_a_command_without_cuda_is_told_and_runs_on(tmp_path):

@@ -21,8 +21,10 @@ from wanscope.clitools import top_option
 @top_option("Kernels listed per device before the 'other' row; also the largest gaps listed.")
 @click.option("--step-range", metavar="A:B", help="Only steps A <= step < B (either end may be omitted).")
 def report(traces, out_dir, top, step_range):
-    """Write report.json (the analyze JSON) and report.html (a self-contained page with
-    plots: GPU timeline, categories, top kernels, steps, host-time icicle) for TRACES."""
+    """Write report.json (the analyze JSON) and report.html (a self-contained page: per device
+    the timeline with links to its largest gaps, categories, top kernels and the stacks behind
+    the gaps; steps, host self time, launch queue, host-time icicle, memory, rooflines, syncs)
+    for TRACES."""
     from wanscope.analysis.scope import Scope, parse_step_range
     from wanscope.analysis.summary import analyze
     from wanscope.report.text import render_analysis

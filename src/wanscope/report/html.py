@@ -1,11 +1,13 @@
 """The self-contained HTML report: one file, works offline (plotly.js inlined, no CDN).
 
-Plots: GPU timeline per stream with the largest idle gaps marked, time by category, top
-kernels, per-step CPU and GPU times, an icicle graph of host time and, for a run with an
-allocator snapshot (``memory_snapshot``), the live allocations by stack at the peak or the failed
-allocation, and allocated and reserved memory over the snapshot's trace. Tables: the call
-stack behind the largest gaps, syncs and, with several ranks, communication vs compute per
-rank and the slowest rank per step. The page is rendered from the Jinja2 template
+The page opens on a table of contents of the sections the run has data for: an overview, then
+per device the GPU timeline with its largest idle gaps (each a link that zooms the timeline to
+it), time by category, the top kernels under readable names (``kernel_names``; the full name on
+hover) and the call stack behind each gap collapsed to the program's own frames (``stacks``;
+expandable); then steps, the host side (self time per op and thread, Python frames, launch
+overhead), the launch queue, the icicle of host time, memory (over the trace, and an allocator
+snapshot's stacks), the rooflines, syncs and ranks. A trace without GPU activity gets the host
+side alone. The figures are built in ``figures``; the page is rendered from the Jinja2 template
 ``templates/report.html`` shipped with the package.
 """
 
@@ -15,197 +17,138 @@ from importlib import resources
 
 import jinja2
 
+from wanscope.report import figures
+from wanscope.report.kernel_names import display_names
+from wanscope.report.stacks import collapse, common_prefix
 from wanscope.report.text import RANKS_DEFINITIONS
 from wanscope.report.units import fmt_bytes, fmt_ns, fmt_pct
 
 MAX_HTML_BYTES = 8 << 20
+GAP_CONTEXT = 10  # a jump to a gap shows this many gap lengths of activity on each side of it
+MIN_CONTEXT_NS = 20_000  # and at least this much
 
 
-def _figures(result: dict, segments: list[dict], icicle: list[dict]) -> list[tuple[str, str, object]]:
-    """(element id, title, plotly figure) for every plot on the page."""
-    import plotly.graph_objects as go
+def gap_windows(result: dict) -> dict[str, list[dict]]:
+    """Per device key (``r0d0``), each listed gap (``gaps.largest``) numbered from 1 with its
+    place on the timeline (ms from the window's start) and the view a jump to it shows
+    (``from_ms`` to ``to_ms``; ``from_ns``/``to_ns`` absolute, for the timeline's detail)."""
+    out = {}
+    for d in result["devices"]:
+        rows = []
+        for i, g in enumerate(d["gaps"]["largest"], 1):
+            pad = max(GAP_CONTEXT * g["dur_ns"], MIN_CONTEXT_NS)
+            a = g["start_ns"] - d["window_start_ns"]
+            rows.append(
+                {
+                    "i": i,
+                    "dur_ns": g["dur_ns"],
+                    "start_ms": a / 1e6,
+                    "end_ms": (a + g["dur_ns"]) / 1e6,
+                    "from_ms": (a - pad) / 1e6,
+                    "to_ms": (a + g["dur_ns"] + pad) / 1e6,
+                    "from_ns": g["start_ns"] - pad,
+                    "to_ns": g["start_ns"] + g["dur_ns"] + pad,
+                    "next_op": g["next_op"]["name"],
+                }
+            )
+        out[figures.device_key(d)] = rows
+    return out
 
+
+def _display(result: dict) -> dict[str, str]:
+    """A readable name (``kernel_names.display_names``) for every kernel and op the device
+    sections name: the top kernels, the fused kernels and the ops that end the listed gaps."""
+    names = []
+    for d in result["devices"]:
+        names += [k["name"] for k in d["top_kernels"] + d.get("fused_kernels", []) if k["name"] != "other"]
+        names += [g["next_op"]["name"] for g in d["gaps"]["largest"]]
+    return display_names(names)
+
+
+def _kernels(result: dict, shown: dict[str, str]) -> dict[str, dict]:
+    """Per device key, ``top`` (the top kernels) and ``fused`` (the fused Triton kernels), each
+    row with its ``display`` name from ``shown`` and, for the top kernels, its bar's length
+    (``bar_pct``, percent of the largest)."""
+    out = {}
+    for d in result["devices"]:
+        top = max((k["total_ns"] for k in d["top_kernels"]), default=0) or 1
+        out[figures.device_key(d)] = {
+            "top": [
+                {**k, "display": shown.get(k["name"], k["name"]), "bar_pct": 100 * k["total_ns"] / top}
+                for k in d["top_kernels"]
+            ],
+            "fused": [{**k, "display": shown[k["name"]]} for k in d.get("fused_kernels", [])],
+        }
+    return out
+
+
+def _stacks(result: dict, shown: dict[str, str]) -> dict[str, list[dict]]:
+    """Per device key, each listed gap's ``next_op`` under its readable name and its stack:
+    ``own`` (``stacks.collapse``, the ``shared`` outer frames every listed gap has left out)
+    and ``skipped`` (how many entries that hides)."""
+    out = {}
+    for d in result["devices"]:
+        stacks = [g["stack"] for g in d["gaps"]["largest"]]
+        skip = common_prefix(stacks)
+        rows = []
+        for g, s in zip(d["gaps"]["largest"], stacks, strict=True):
+            own = collapse(s, skip)
+            rows.append(
+                {"next_op": shown[g["next_op"]["name"]], "own": own, "skipped": len(s) - len(own), "shared": skip}
+            )
+        out[figures.device_key(d)] = rows
+    return out
+
+
+def _figures(result: dict, segments: list[dict], icicle: list[dict], gaps: dict) -> list[tuple[str, str, object]]:
     figs = []
     for d in result["devices"]:
-        key = f"r{d['rank']}d{d['device']}"
-        fig = go.Figure()
-        mine = [s for s in segments if (s["rank"], s["device"]) == (d["rank"], d["device"])]
-        streams = sorted({s["stream"] for s in mine})
-        for category in sorted({s["category"] for s in mine}):
-            xs, ys, texts = [], [], []
-            for s in mine:
-                if s["category"] != category:
-                    continue
-                y = f"stream {s['stream']}"
-                xs += [s["start_ns"] / 1e6, s["end_ns"] / 1e6, None]
-                ys += [y, y, None]
-                label = f"{s['name'][:80]} ({s['ops']} ops)"
-                texts += [label, label, None]
-            fig.add_trace(
-                go.Scattergl(
-                    x=xs, y=ys, mode="lines", line={"width": 14}, name=category, text=texts, hoverinfo="text+name"
-                )
-            )
-        gx, gy, gt = [], [], []
-        for g in d["gaps"]["largest"]:
-            a = (g["start_ns"] - d["window_start_ns"]) / 1e6
-            gx += [a, a + g["dur_ns"] / 1e6, None]
-            gy += ["idle gaps", "idle gaps", None]
-            label = f"idle {fmt_ns(g['dur_ns'])} before {g['next_op']['name'][:60]}"
-            gt += [label, label, None]
-        fig.add_trace(
-            go.Scattergl(
-                x=gx,
-                y=gy,
-                mode="lines",
-                line={"width": 14, "color": "red"},
-                name="largest idle gaps",
-                text=gt,
-                hoverinfo="text",
-            )
-        )
-        fig.update_layout(
-            height=160 + 40 * len(streams),
-            xaxis_title="ms from window start",
-            margin={"l": 90, "r": 20, "t": 30, "b": 40},
-        )
-        figs.append((f"timeline-{key}", f"GPU timeline, rank {d['rank']} device {d['device']}", fig))
-
-        cats = [c for c in d["categories"]]
-        fig = go.Figure(
-            go.Bar(
-                x=[c["total_ns"] / 1e6 for c in cats],
-                y=[c["category"] for c in cats],
-                orientation="h",
-                text=[fmt_pct(c["pct"]) for c in cats],
-            )
-        )
-        fig.update_layout(
-            height=120 + 28 * len(cats),
-            xaxis_title="ms",
-            yaxis={"autorange": "reversed"},
-            margin={"l": 120, "r": 20, "t": 30, "b": 40},
-        )
-        figs.append((f"categories-{key}", "Time by category", fig))
-
-        tops = d["top_kernels"]
-        fig = go.Figure(
-            go.Bar(
-                x=[k["total_ns"] / 1e6 for k in tops],
-                # numbered: kernels whose names share their first 60 characters
-                # would otherwise be drawn as one bar
-                y=[f"{i}. {k['name'].removeprefix('void ')[:60]}" for i, k in enumerate(tops, 1)],
-                orientation="h",
-                text=[fmt_pct(k["pct"]) for k in tops],
-                hovertext=[k["name"] for k in tops],
-            )
-        )
-        fig.update_layout(
-            height=120 + 28 * len(tops),
-            xaxis_title="ms",
-            yaxis={"autorange": "reversed"},
-            margin={"l": 420, "r": 20, "t": 30, "b": 40},
-        )
-        figs.append((f"kernels-{key}", "Top kernels", fig))
+        figs.append(figures.timeline(d, segments, gaps[figures.device_key(d)]))
+        figs.append(figures.categories(d))
     if result["steps"]:
-        steps = result["steps"]
-        labels = [f"r{s['rank']} step {s['step']}" for s in steps]
-        fig = go.Figure(
-            [
-                go.Bar(name="CPU", x=labels, y=[s["cpu_dur_ns"] / 1e6 for s in steps]),
-                go.Bar(name="GPU", x=labels, y=[(s["gpu_dur_ns"] or 0) / 1e6 for s in steps]),
-            ]
-        )
-        fig.update_layout(barmode="group", yaxis_title="ms", height=320, margin={"t": 30})
-        figs.append(("steps", "Per-step time (CPU range and GPU interval)", fig))
+        figs.append(figures.steps(result))
+    host = result.get("host") or {}
+    for t in sorted(host.get("threads", []), key=lambda t: -t["busy_ns"])[: figures.HOST_THREADS]:
+        if t["ops"]:
+            figs.append(figures.host_ops(t))
+    for q in host.get("launch_queue", []):
+        if q["timeline"]:
+            figs.append(figures.launch_queue(q))
     if icicle:
-        # "remainder" values (a node's time not in its drawn children) tolerate the small
-        # overlaps that clock granularity leaves between nested host ranges.
-        child_sum: dict[str, int] = {}
-        for n in icicle:
-            child_sum[n["parent"]] = child_sum.get(n["parent"], 0) + n["total_ns"]
-        own = [max(n["total_ns"] - child_sum.get(n["id"], 0), 0) / 1e6 for n in icicle]
-        fig = go.Figure(
-            go.Icicle(
-                ids=[n["id"] for n in icicle],
-                parents=[n["parent"] for n in icicle],
-                labels=[n["label"][:60] for n in icicle],
-                values=own,
-                branchvalues="remainder",
-                hovertext=[f"{n['label']}<br>{fmt_ns(n['total_ns'])}" for n in icicle],
-                hoverinfo="text",
-                tiling={"orientation": "v"},
-            )
-        )
-        fig.update_layout(height=700, margin={"t": 30, "l": 10, "r": 10, "b": 10})
-        figs.append(("icicle", "Host time (icicle: identical stacks merged, nodes under 0.1% pruned)", fig))
-    figs += _memory_figures(result.get("memory_snapshot"))
+        figs.append(figures.icicle(icicle))
+    for m in result.get("memory", []):
+        if m["timeline"]:
+            figs.append(figures.trace_memory(m))
+    for d in (result.get("roofline") or {}).get("devices", []):
+        if any(r["intensity"] and r["achieved_tflops"] and r["category"] is not None for r in d["ops"]):
+            figs.append(figures.roofline(d))
+    figs += figures.snapshot_figures(result.get("memory_snapshot"))
     return figs
 
 
-def _memory_figures(doc: dict | None) -> list[tuple[str, str, object]]:
-    """Per device of an allocator snapshot's document: the stack groups live at its moment (a
-    bar each) and the timeline of allocated and reserved memory, the moment marked."""
-    import plotly.graph_objects as go
-
-    from wanscope.memory.analysis import frame_text
-
-    figs = []
-    for d in (doc or {}).get("devices", []):
-        key = f"memory-d{d['device']}"
-        what = {"oom": "at the failed allocation", "peak": "at the peak", "dump": "at the dump"}[d["at"]["kind"]]
-        groups = d["groups"]
-        fig = go.Figure(
-            go.Bar(
-                x=[g["bytes"] / 2**30 for g in groups],
-                y=[f"{i}. {g['where'][:70]}" for i, g in enumerate(groups, 1)],
-                orientation="h",
-                text=[fmt_pct(g["pct"]) for g in groups],
-                hovertext=[
-                    "<br>".join(
-                        [f"{fmt_bytes(g['bytes'])} in {g['allocations']:,}"] + [frame_text(f) for f in g["stack"][:16]]
-                    )
-                    for g in groups
-                ],
-                hoverinfo="text",
-            )
-        )
-        fig.update_layout(
-            height=120 + 28 * len(groups),
-            xaxis_title="GiB",
-            yaxis={"autorange": "reversed"},
-            margin={"l": 420, "r": 20, "t": 30, "b": 40},
-        )
-        figs.append((f"{key}-stacks", f"Live allocations by stack, {what} (largest first)", fig))
-        points = d["timeline"]
-        timed = d["trace"]["timeline_axis"] == "time_ns"
-        xs = [p[0] / 1e6 if timed else p[0] for p in points]
-        fig = go.Figure(
-            [
-                go.Scatter(x=xs, y=[p[1] / 2**30 for p in points], mode="lines", line_shape="hv", name="allocated"),
-                go.Scatter(x=xs, y=[p[2] / 2**30 for p in points], mode="lines", line_shape="hv", name="reserved"),
-            ]
-        )
-        at = d["at"]
-        if at["index"] is not None:
-            x = at["time_ns"] / 1e6 if timed else at["index"]
-            fig.add_trace(
-                go.Scatter(
-                    x=[x],
-                    y=[d["allocated_bytes"] / 2**30],
-                    mode="markers",
-                    marker={"size": 11, "color": "red"},
-                    name="failed allocation" if at["kind"] == "oom" else "peak",
-                )
-            )
-        fig.update_layout(
-            height=320,
-            xaxis_title="ms after the trace's first event" if timed else "event",
-            yaxis_title="GiB",
-            margin={"t": 30},
-        )
-        figs.append((f"{key}-timeline", "Allocated and reserved memory over the trace", fig))
-    return figs
+def sections(result: dict, figs: list[tuple[str, str, object]]) -> list[dict]:
+    """The table of contents: ``id`` and ``title`` of every section the page has data for."""
+    ids = {f[0] for f in figs}
+    out = [{"id": "overview", "title": "Overview"}]
+    for d in result["devices"]:
+        out.append({"id": f"device-{figures.device_key(d)}", "title": f"Rank {d['rank']} · device {d['device']}"})
+    if result["steps"]:
+        out.append({"id": "steps", "title": "Steps"})
+    host = result.get("host") or {}
+    if any(t["ops"] for t in host.get("threads", [])):
+        out.append({"id": "host", "title": "Host side"})
+    if any(i.startswith("launch-queue-") for i in ids):
+        out.append({"id": "launch-queue", "title": "Launch queue"})
+    if "icicle" in ids:
+        out.append({"id": "icicle-section", "title": "Host time icicle"})
+    if any(i.startswith(("memory-", "snapshot-")) for i in ids) or result.get("memory_snapshot"):
+        out.append({"id": "memory", "title": "Memory"})
+    if any(i.startswith("roofline-") for i in ids):
+        out.append({"id": "roofline", "title": "Rooflines"})
+    out.append({"id": "syncs", "title": "Host-device syncs"})
+    if result.get("ranks") is not None:
+        out.append({"id": "ranks", "title": "Ranks"})
+    return out
 
 
 def run_value(value, key: str = "") -> str:
@@ -239,16 +182,26 @@ def render_page(template: str, figs: list[tuple[str, str, object]], filters: dic
         autoescape=True,
     )
     env.filters.update(ns=fmt_ns, pct=fmt_pct, **filters)
+    env.tests["startswith"] = str.startswith
     return env.get_template(template).render(plots=plots, plotly_js=plotly_js, **context)
 
 
 def render_html(result: dict, segments: list[dict], icicle: list[dict], title: str) -> str:
-    """The whole page as one string (at most ``MAX_HTML_BYTES`` for realistic traces)."""
+    """The whole page as one string (at most ``MAX_HTML_BYTES`` for realistic traces).
+    ``segments`` are ``analysis.timeline.timeline_segments`` rows (with ``gap_windows``' views as
+    its detail), ``icicle`` ``analysis.icicle.icicle_nodes``."""
+    gaps = gap_windows(result)
+    figs = _figures(result, segments, icicle, gaps)
+    shown = _display(result)
     return render_page(
         "report.html",
-        _figures(result, segments, icicle),
+        figs,
         {"run_value": run_value, "bytes": fmt_bytes},
         title=title,
         result=result,
+        sections=sections(result, figs),
+        gaps=gaps,
+        kernels=_kernels(result, shown),
+        stacks=_stacks(result, shown),
         ranks_definitions=RANKS_DEFINITIONS,
     )

@@ -15,7 +15,8 @@ from wanscope.analysis.scope import Scope
 from wanscope.analysis.timeline import timeline_segments
 from wanscope.clitools import dumps_json
 from wanscope.errors import InputError, check_output
-from wanscope.report.html import render_html
+from wanscope.report.figures import device_key
+from wanscope.report.html import gap_windows, render_html
 
 
 def write_atomic(path: Path, text: str, inputs=()) -> None:
@@ -122,7 +123,12 @@ def write_report(
 ) -> tuple[Path, Path]:
     """Render and write both files; returns their paths. The page is rendered before the
     directory is made: an interrupt or an error leaves no directory behind."""
-    page = render_html(result, timeline_segments(con, scope or Scope()), icicle_nodes(con), title)
+    views = gap_windows(result)
+    detail = [
+        (d["rank"], d["device"], g["from_ns"], g["to_ns"]) for d in result["devices"] for g in views[device_key(d)]
+    ]
+    segments = timeline_segments(con, scope or Scope(), detail=detail)
+    page = render_html(result, segments, icicle_nodes(con), title)
     json_path, html_path = out_dir / "report.json", out_dir / "report.html"
     for path in (json_path, html_path):
         check_output(path, inputs)

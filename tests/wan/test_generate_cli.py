@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -14,6 +16,7 @@ pytest.importorskip("torch")
 imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
 
 from cli_context import run_main
+from shared_fixtures import HANG_S
 from wan_helpers import write_diffusers_checkpoint, write_official_dit
 
 TINY = ["generate", "--preset", "tiny", "--prompt", "a red fox in the snow"]
@@ -24,7 +27,7 @@ def wanscope(*args, cwd=None):
 
 
 def test_generate_random_weights_writes_decodable_mp4(tmp_path):
-    out = tmp_path / "x.mp4"
+    out = tmp_path / "new" / "sub" / "x.mp4"  # its folders are made, as profile --out makes its
     r = wanscope(*TINY, "--random-weights", "--size", "64x64", "--frames", "5", "--steps", "2", "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert "RANDOM WEIGHTS" in r.stderr and "denoising" in r.stderr
@@ -48,7 +51,7 @@ def test_generate_random_weights_writes_decodable_mp4(tmp_path):
     with Image.open(out.with_suffix(".png")) as sheet:
         assert sheet.size == (4 * 64, 2 * 64)  # 5 frames tiled 4 wide
         assert sheet.text["Comment"].startswith("RANDOM WEIGHTS")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "x.mp4", "x.png"]  # no temp files left
+    assert sorted(p.name for p in out.parent.iterdir()) == ["x.json", "x.mp4", "x.png"]  # no temp files left
 
 
 @pytest.mark.parametrize(
@@ -148,7 +151,8 @@ def _tree(root):
         ("fifo.mp4", "fifo.mp4: is a named pipe (FIFO), not a regular file; not replacing it"),
         ("..", "is not a file name"),
         (".", "is not a file name"),
-        ("missing/x.mp4", "its folder does not exist"),
+        ("afile/x.mp4", "afile: exists and is not a directory"),
+        ("new/sub/x.png", "the .png written next to the video would overwrite it"),  # new/sub made, then removed
     ],
 )
 def test_output_paths_are_checked_before_any_work(tmp_path, out, message):
@@ -161,11 +165,29 @@ def test_output_paths_are_checked_before_any_work(tmp_path, out, message):
     (work / "x_frames_frames").mkdir()
     (work / "x_frames_frames" / "notes.txt").write_text("mine")
     os.mkfifo(work / "fifo.mp4")
+    (work / "afile").write_text("mine")
     before = _tree(tmp_path)
     r = wanscope(*TINY, "--random-weights", "--out", out, cwd=work)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert _tree(tmp_path) == before
+
+
+def test_the_outputs_are_checked_before_torch_is_imported(tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    code = (
+        "import sys\n"
+        "from wanscope.cli import main\n"
+        "try:\n"
+        f"    main({[*TINY, '--random-weights', '--out', str(tmp_path / 'afile' / 'x.mp4')]!r})\n"
+        "except SystemExit as e:\n"
+        "    print(e.code, 'torch' in sys.modules)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_S)
+    assert (r.stdout, r.stderr) == (
+        "2 False\n",
+        f"wanscope: error: {tmp_path / 'afile'}: exists and is not a directory\n",
+    )
 
 
 def test_save_latents_is_never_a_fifo(tmp_path):

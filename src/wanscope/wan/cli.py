@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -79,6 +78,23 @@ def save_tensor(tensor, path: Path) -> None:
 def generate(out, save_latents, fast_spec, **engine):
     """Generate a video from a text prompt (Wan2.1 T2V)."""
     require_engine("generate")
+    from wanscope.report.write import make_dir, remove_dirs
+    from wanscope.wan.video import check_outputs
+
+    # The output's folder is made (as profile --out and report --out make theirs) and the
+    # outputs checked before torch is imported; a run that fails removes the folders it made.
+    created = make_dir(out.parent)
+    try:
+        check_outputs(out)
+        if save_latents is not None:
+            check_latents_path(save_latents, out)
+        _generate(out, save_latents, fast_spec, **engine)
+    except BaseException:
+        remove_dirs(created)
+        raise
+
+
+def _generate(out, save_latents, fast_spec, **engine):
     import torch
 
     from wanscope.wan.attention import parse_backend, resolve_backend
@@ -86,11 +102,8 @@ def generate(out, save_latents, fast_spec, **engine):
     from wanscope.wan.options import resolve_engine
     from wanscope.wan.pipeline import DTYPES, Components
     from wanscope.wan.pipeline import generate as run
-    from wanscope.wan.video import check_outputs, write_outputs
+    from wanscope.wan.video import write_outputs
 
-    check_outputs(out)
-    if save_latents is not None:
-        check_latents_path(save_latents, out)
     opts = resolve_engine(cuda_devices=torch.cuda.device_count(), weights_required=True, fast=fast_spec, **engine)
     if opts.kernels == "triton" and opts.device == "cpu":
         raise UsageError(
@@ -121,14 +134,14 @@ def generate(out, save_latents, fast_spec, **engine):
     if note and main:
         click.echo(f"wanscope: {note}", err=True)
 
-    from tqdm import tqdm
+    from wanscope.wan.progress import StepProgress
 
     req = opts.request
-    bar = tqdm(total=req.steps, unit="step", desc="denoising", file=sys.stderr, dynamic_ncols=True, disable=not main)
+    bar = StepProgress(req.steps, "denoising", disable=not main)
     started = time.perf_counter()
     try:
         with ctx or contextlib.nullcontext():
-            result = run(parts, req, on_step=lambda i, _latents: bar.update(1), parallel=ctx)
+            result = run(parts, req, on_step=lambda i, _latents: bar.step(first=i == 0), parallel=ctx)
     finally:
         bar.close()
     elapsed_s = time.perf_counter() - started

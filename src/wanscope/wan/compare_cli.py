@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -103,13 +102,13 @@ def compare_modes(prompts, prompts_file, fast_spec, fmt, **engine):
         attention_backend=parse_backend(attention),
     )
 
-    from tqdm import tqdm
+    from wanscope.wan.progress import StepProgress
 
-    steps_total = 2 * sum(r.steps for r in requests)
-    bar = tqdm(total=steps_total, unit="step", desc="exact, then fast", file=sys.stderr, dynamic_ncols=True)
+    bar = StepProgress(2 * sum(r.steps for r in requests), "exact, then fast")
     started = time.perf_counter()
     try:
-        result = run(parts, requests, fast, progress=lambda *_: bar.update(1))
+        # each mode's first step compiles its kernels
+        result = run(parts, requests, fast, progress=lambda _mode, i, step: bar.step(first=i == 0 and step == 0))
     finally:
         bar.close()
     req = requests[0]

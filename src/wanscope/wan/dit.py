@@ -356,15 +356,23 @@ class WanDiT(nn.Module):
         return self
 
     def init_weights(self) -> WanDiT:
-        """Random weights for timing and tests (seed with ``torch.manual_seed``): Xavier-uniform
-        linears with zero bias and N(0, 0.02) text and time embeddings (official
-        ``init_weights``), except that the output head is Xavier too: the official zero head is
-        a training choice that would make every random-weight output the same constant. The
-        modulation tables keep their N(0, 1/dim) construction values."""
+        """Random weights for timing and tests (seed with ``torch.manual_seed``), every parameter
+        written in its own dtype and device (so a model built on the meta device and moved with
+        ``to_empty`` gets values without an fp32 copy): Xavier-uniform linears with zero bias
+        and N(0, 0.02) text and time embeddings (official ``init_weights``), except that the
+        output head is Xavier too: the official zero head is a training choice that would make
+        every random-weight output the same constant; norm weights 1 and biases 0; the
+        modulation tables N(0, 1/dim), as the official model constructs them."""
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.xavier_uniform_(m.weight)
                 nn.init.zeros_(m.bias)
+            elif isinstance(m, (RMSNorm, nn.LayerNorm)) and m.weight is not None:
+                nn.init.ones_(m.weight)
+                if getattr(m, "bias", None) is not None:
+                    nn.init.zeros_(m.bias)
+            if isinstance(getattr(m, "modulation", None), nn.Parameter):
+                nn.init.normal_(m.modulation, std=self.cfg.dim**-0.5)
         nn.init.xavier_uniform_(self.patch_embedding.weight.flatten(1))
         nn.init.zeros_(self.patch_embedding.bias)
         for seq in (self.text_embedding, self.time_embedding):
@@ -372,6 +380,16 @@ class WanDiT(nn.Module):
                 if isinstance(m, nn.Linear):
                     nn.init.normal_(m.weight, std=0.02)
         return self
+
+    @classmethod
+    def random(cls, cfg: DiTConfig, dtype: torch.dtype, device) -> WanDiT:
+        """A random-weight model (``init_weights``) built on the meta device and initialized
+        in ``dtype`` on ``device``: its peak memory is the model's size, as a checkpoint's
+        load is, not that of an fp32 model cast afterwards."""
+        with torch.device("meta"):
+            model = cls(cfg)
+        model.set_dtype(dtype).to_empty(device=device)
+        return model.init_weights()
 
     def rope(self, grid: tuple[int, int, int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """RoPE tables for ``grid`` (F, H, W in patches), built once per grid and device."""

@@ -148,9 +148,7 @@ class Components:
             cfg = self.config.dit
             if self.dit_overrides:
                 cfg = replace(cfg, **self.dit_overrides)
-            with torch.device(self.device):
-                model = WanDiT(cfg).init_weights()
-            model = model.set_dtype(self.dtype).eval().requires_grad_(False)
+            model = WanDiT.random(cfg, self.dtype, self.device).eval().requires_grad_(False)
         else:
             model = load_dit(self._layout().dit, self.dtype, self.device, **self.dit_overrides)
         model.attention_backend = self.attention_backend

@@ -18,7 +18,7 @@ import torch
 
 from wanscope.errors import InputError
 from wanscope.wan.config import TextEncoderConfig
-from wanscope.wan.weights import assign_state_dict, read_pth
+from wanscope.wan.weights import assign_state_dict, read_json, read_pth, read_safetensors, safetensors_files
 
 # official t5.py T5Encoder key -> transformers UMT5EncoderModel key (our table from both layouts;
 # the official FFN is fc1(x) * gelu(gate(x)), transformers' is wi_1(x) * gelu(wi_0(x))).
@@ -116,7 +116,8 @@ def umt5_config(cfg: TextEncoderConfig):
 
 
 def load_umt5(path: Path | None, cfg: TextEncoderConfig, dtype: torch.dtype, device) -> torch.nn.Module:
-    """The UMT5 encoder, from an official ``.pth``, a transformers folder, or random (None).
+    """The UMT5 encoder, from an official ``.pth``, a transformers folder, or random (None:
+    transformers' initialization, in ``dtype`` on ``device``).
 
     Raises:
         InputError: unreadable file, missing/unexpected keys or wrong shapes.
@@ -124,19 +125,45 @@ def load_umt5(path: Path | None, cfg: TextEncoderConfig, dtype: torch.dtype, dev
     from transformers import UMT5EncoderModel
 
     if path is not None and Path(path).is_dir():
-        try:
-            model = UMT5EncoderModel.from_pretrained(str(path), dtype=dtype, local_files_only=True)
-        except (OSError, ValueError, RuntimeError) as e:
-            raise InputError(path, f"cannot load the text encoder ({e.__class__.__name__}: {e})") from None
-        return model.to(device).eval().requires_grad_(False)
+        return _load_folder(Path(path), dtype, device)
     if path is None:
-        with torch.device(device):
+        # built on the meta device and initialized in ``dtype`` on ``device`` (transformers' own
+        # init scheme): the peak is the model's size, as a checkpoint's load is
+        with torch.device("meta"):
             model = UMT5EncoderModel(umt5_config(cfg))
-        return model.to(dtype).eval().requires_grad_(False)
+        model = model.to(dtype).to_empty(device=device)
+        model.apply(model._init_weights)
+        return model.eval().requires_grad_(False)
     with torch.device("meta"):
         model = UMT5EncoderModel(umt5_config(cfg))
     state = {hf_key(k): v for k, v in read_pth(Path(path)).items()}
     assign_state_dict(model, state, Path(path), device, dtype_of=lambda name, p: dtype)
+    return model.eval().requires_grad_(False)
+
+
+def _load_folder(folder: Path, dtype: torch.dtype, device) -> torch.nn.Module:
+    """A transformers ``UMT5EncoderModel`` folder (``config.json``, ``model.safetensors`` or its
+    shards), memory-mapped and assigned onto a meta-device model tensor by tensor: no copy of
+    the whole model is staged in host memory (``from_pretrained(...).to(device)`` stages one).
+    A tensor saved under a tied alias (``encoder.embed_tokens.weight`` for ``shared.weight``)
+    loads as its parameter."""
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    read_json(folder / "config.json")  # a one-line InputError for a missing or malformed file
+    try:
+        config = UMT5Config.from_json_file(folder / "config.json")
+    except (OSError, ValueError, TypeError) as e:
+        raise InputError(folder / "config.json", f"not a UMT5 config ({e.__class__.__name__}: {e})") from None
+    with torch.device("meta"):
+        model = UMT5EncoderModel(config)
+    tensors = read_safetensors(safetensors_files(folder, "model"))
+    canonical = {id(p): name for name, p in model.named_parameters()}
+    for alias, p in model.named_parameters(remove_duplicate=False):
+        name = canonical[id(p)]
+        if alias != name and alias in tensors:
+            tensors.setdefault(name, tensors[alias])
+            del tensors[alias]
+    assign_state_dict(model, tensors, folder, device, dtype_of=lambda name, p: dtype)
     return model.eval().requires_grad_(False)
 
 

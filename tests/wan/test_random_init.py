@@ -1,0 +1,58 @@
+"""Random models are built on the meta device and initialized in their target dtype: every
+parameter gets a value (none is left as ``to_empty``'s uninitialized memory), in the dtype a
+checkpoint's load gives it, with the initialization's statistics."""
+
+import math
+
+import torch
+from torch import nn
+
+from wanscope.wan.config import get_preset
+from wanscope.wan.dit import WanDiT, keeps_fp32
+from wanscope.wan.text_encoder import load_umt5
+
+
+def test_init_weights_writes_every_parameter_of_the_dit():
+    cfg = get_preset("tiny").dit
+    with torch.device("meta"):
+        model = WanDiT(cfg)
+    model.to_empty(device="cpu")
+    for p in model.parameters():
+        p.data.fill_(math.nan)
+    torch.manual_seed(0)
+    model.init_weights()
+    left = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
+    assert left == []
+    mod = model.blocks[0].modulation
+    assert abs(mod.float().std().item() * cfg.dim**0.5 - 1) < 0.15  # N(0, 1/dim)
+    assert model.blocks[0].self_attn.norm_q.weight.eq(1).all()
+
+
+def test_random_dit_is_built_in_its_dtype():
+    cfg = get_preset("tiny").dit
+    torch.manual_seed(0)
+    a = WanDiT.random(cfg, torch.bfloat16, "cpu")
+    torch.manual_seed(0)
+    b = WanDiT.random(cfg, torch.bfloat16, "cpu")
+    for (name, p), q in zip(a.named_parameters(), b.parameters(), strict=True):
+        assert p.dtype == (torch.float32 if keeps_fp32(name) else torch.bfloat16), name
+        assert p.device.type == "cpu" and torch.isfinite(p).all() and torch.equal(p, q), name
+    lin = a.blocks[0].ffn[0].weight
+    bound = math.sqrt(6 / sum(lin.shape))  # Xavier-uniform
+    assert lin.abs().max().item() <= bound * 1.01 and lin.float().std().item() > bound / 3
+
+
+def test_random_text_encoder_is_built_in_its_dtype_with_transformers_init():
+    te = get_preset("tiny").text_encoder
+    torch.manual_seed(0)
+    model = load_umt5(None, te, torch.bfloat16, "cpu")
+    params = dict(model.named_parameters())
+    assert {p.dtype for p in params.values()} == {torch.bfloat16}
+    assert all(torch.isfinite(p).all() for p in params.values())
+    norms = [p for n, p in params.items() if n.endswith("layer_norm.weight")]
+    assert norms and all(p.eq(1).all() for p in norms)
+    wi = next(p for n, p in params.items() if n.endswith("wi_0.weight"))
+    assert abs(wi.float().std().item() * te.dim**0.5 - 1) < 0.2  # N(0, 1/d_model), Mesh TensorFlow's
+    emb = model.get_input_embeddings().weight
+    assert abs(emb.float().std().item() - 1) < 0.1
+    assert isinstance(model.get_input_embeddings(), nn.Embedding)

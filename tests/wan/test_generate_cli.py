@@ -48,6 +48,21 @@ def test_generate_random_weights_writes_decodable_mp4(tmp_path):
     assert (info["mode"], info["fast"]) == ("exact", None)
     if not torch.cuda.is_available():
         assert info["peak_memory_bytes"] == {"text_encoding": None, "denoising": None, "vae_decode": None}
+    stages = info["stage_s"]
+    assert list(stages) == [
+        "text_encoder_load",
+        "text_encoding",
+        "dit_load",
+        "denoising",
+        "vae_load",
+        "vae_decode",
+        "video_write",
+    ]
+    assert all(v > 0 for v in stages.values())
+    assert len(info["step_s"]) == 2 and all(s > 0 for s in info["step_s"])
+    assert (
+        sum(info["step_s"]) <= stages["denoising"] <= sum(stages.values()) <= info["elapsed_s"] + stages["video_write"]
+    )
     with Image.open(out.with_suffix(".png")) as sheet:
         assert sheet.size == (4 * 64, 2 * 64)  # 5 frames tiled 4 wide
         assert sheet.text["Comment"].startswith("RANDOM WEIGHTS")

@@ -179,6 +179,8 @@ def _generate(out, save_latents, fast_spec, **engine):
         "torch": torch.__version__,
         "elapsed_s": round(elapsed_s, 3),
         "peak_memory_bytes": result.peak_memory_bytes,
+        "stage_s": result.stage_s,
+        "step_s": result.step_s,
     }
     paths, fallback = write_outputs(result.frames.numpy(), out, opts.config.sampling.fps, info)
     if save_latents is not None:

@@ -33,6 +33,7 @@ from wanscope.wan.config import CFG_MODES, WanConfig, dit_tokens, resolve_cfg
 from wanscope.wan.dit import WanDiT, resolve_kernels
 from wanscope.wan.precision import FastConfig, apply_fast_mode
 from wanscope.wan.sampler import SOLVERS, FlowSampler, flow_schedule
+from wanscope.wan.timing import StageTimes, StepTimes
 
 # per-step hook: (step index, latents after the step) -> None
 StepCallback = Callable[[int, torch.Tensor], None]
@@ -266,12 +267,17 @@ def denoise(
 class Result:
     """A generated video: [F, H, W, 3] uint8 frames on the CPU (None on ranks other than 0),
     the final latents [1, C, F', H', W'] fp32 on the CPU, per-stage peak memory (bytes, None
-    without CUDA) and the DiT's ops that ran (``wan.dit.Kernels`` value)."""
+    without CUDA), the DiT's ops that ran (``wan.dit.Kernels`` value), the wall time of each
+    stage (``stage_s``: ``text_encoder_load``, ``text_encoding``, ``dit_load``, ``denoising``,
+    ``vae_load``, ``vae_decode`` with the frames' conversion, in s; a rank other than 0 has no
+    VAE stages) and of each denoising step (``step_s``, s; ``timing.StepTimes``)."""
 
     frames: torch.Tensor | None
     latents: torch.Tensor
     peak_memory_bytes: dict[str, int | None]
     kernels: str
+    stage_s: dict[str, float] = field(default_factory=dict)
+    step_s: list[float] = field(default_factory=list)
 
 
 def _peak(device: torch.device) -> int | None:
@@ -339,29 +345,50 @@ def generate(
         parallel.agree(**asdict(req), preset=config.name, dtype=str(parts.dtype), checkpoint=str(parts.checkpoint))
     peaks = {}
     _peak(device)
+    stage = StageTimes(device)
+    steps = StepTimes(device)
 
-    cond, uncond = encode_prompts(parts, req, parallel)
+    def step_done(i: int, latents: torch.Tensor) -> None:
+        steps.mark()
+        if on_step is not None:
+            on_step(i, latents)
+
+    encoder = None
+    if parallel is None or parallel.is_main:
+        with stage("text_encoder_load"):
+            encoder = parts.text_encoder()
+    with stage("text_encoding"):
+        cond, uncond = encode_prompts(parts, req, parallel, encoder=encoder)
+    del encoder
+    release()
     peaks["text_encoding"] = _peak(device)
 
-    dit = parts.dit()
+    with stage("dit_load"):
+        dit = parts.dit()
     kernels = dit.kernels.value
     if parallel is not None:
         shard_dit(parallel, dit)
-    latents = sample(dit, req, cond, uncond, config, device, on_step, parallel)
+    with stage("denoising"):
+        steps.start()
+        latents = sample(dit, req, cond, uncond, config, device, step_done, parallel)
     del dit, cond, uncond
     release()
     peaks["denoising"] = _peak(device)
+    done = {"peak_memory_bytes": peaks, "kernels": kernels, "stage_s": stage.s, "step_s": steps.seconds()}
     if parallel is not None and not parallel.is_main:
-        return Result(frames=None, latents=latents.cpu(), peak_memory_bytes=peaks, kernels=kernels)
+        return Result(frames=None, latents=latents.cpu(), **done)
 
     from wanscope.wan.vae import decode
 
-    vae = parts.vae()
-    video = decode(vae, latents, config.vae)  # [1, 3, F, H, W] in [-1, 1]
-    del vae
+    with stage("vae_load"):
+        vae = parts.vae()
+    with stage("vae_decode"):
+        video = decode(vae, latents, config.vae)  # [1, 3, F, H, W] in [-1, 1]
+        frames = to_frames(video)
+    del vae, video
     release()
     peaks["vae_decode"] = _peak(device)
-    return Result(frames=to_frames(video), latents=latents.cpu(), peak_memory_bytes=peaks, kernels=kernels)
+    return Result(frames=frames, latents=latents.cpu(), **done)
 
 
 def sample(

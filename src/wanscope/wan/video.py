@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -139,7 +140,9 @@ def write_outputs(frames: np.ndarray, out: Path, fps: int, info: dict) -> tuple[
         frames: [F, H, W, 3] uint8.
         out: the MP4 path (``check_outputs`` passed); the sheet is ``out`` with ``.png``, the
             sidecar with ``.json``.
-        info: run description; its ``note`` (if any) goes into the MP4's comment metadata.
+        info: run description; its ``note`` (if any) goes into the MP4's comment metadata;
+            where it has ``stage_s`` (stage times), the sidecar's gets ``video_write``: the
+            seconds spent writing the video and the contact sheet.
 
     Returns:
         The paths written and a note when the MP4 fell back to PNG frames (else None).
@@ -155,6 +158,7 @@ def write_outputs(frames: np.ndarray, out: Path, fps: int, info: dict) -> tuple[
         return tmp
 
     fallback = None
+    started = time.perf_counter()
     try:
         try:
             _write_mp4(frames, stage(out), fps, comment)
@@ -165,6 +169,8 @@ def write_outputs(frames: np.ndarray, out: Path, fps: int, info: dict) -> tuple[
             _write_png_frames(frames, stage(video))
             fallback = f"imageio-ffmpeg is not installed: wrote PNG frames to {video} instead of {out}"
         _write_contact_sheet(frames, stage(sheet), comment=info.get("note"))
+        if "stage_s" in info:
+            info = {**info, "stage_s": {**info["stage_s"], "video_write": round(time.perf_counter() - started, 4)}}
         stage(sidecar).write_text(
             json.dumps(
                 {**info, "video": str(video), "contact_sheet": str(sheet), "fallback": fallback},

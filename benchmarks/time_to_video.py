@@ -1,0 +1,146 @@
+"""Time to video: the whole ``wanscope generate`` command in a fresh process, stage by stage
+(issue 26).
+
+Each case runs ``python -m wanscope generate`` as a user would, in a new process with the
+source tree named by ``--src`` on ``PYTHONPATH``, and is timed from the process's start to its
+exit (``wall_s``). The sidecar the command writes gives the rest: the wall time of each stage
+(``stage_s``: loading each model, text encoding, denoising, the VAE decode, the video write),
+each denoising step (``step_s``, CUDA events) and the peak memory per stage. What is not the
+steady steps (``outside_steady_s`` = ``wall_s`` - the steps after the first) is what the
+levers of issue 26 reduce.
+
+Per source tree and mode, a cold run (fresh ``TRITON_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR`` and
+``CUDA_CACHE_PATH``: every kernel compiles) comes first, then a warm run on those caches. With
+``--checkpoint`` the files are evicted from the page cache (``posix_fadvise(DONTNEED)``) before
+each ``--cold-disk`` run. Without one, the models are random (``--random-weights``) and every
+output says so.
+
+    python benchmarks/time_to_video.py --out benchmarks/results                     # 1.3B 480p, 50 steps
+    python benchmarks/time_to_video.py --src base=/tmp/base/src --src this=src --steps 8 --out /tmp/r
+    python benchmarks/time_to_video.py --smoke --out /tmp/r                          # tiny preset, CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from _common import git_commit, version, write_result
+
+PROMPT = "A cat walks on the grass, realistic, daytime"
+CACHE_VARS = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH")
+
+
+def evict(root: Path) -> int:
+    """Drop every file under ``root`` from the page cache; returns the bytes evicted."""
+    total = 0
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+            total += path.stat().st_size
+    return total
+
+
+def run_case(src: Path, args, mode: str, caches: Path, cold_cache: bool, cold_disk: bool, out: Path) -> dict:
+    """One ``generate`` in a fresh process; its wall time and its sidecar's timings."""
+    env = dict(os.environ, PYTHONPATH=str(src))
+    for var in CACHE_VARS:
+        env[var] = str(caches / var.lower())
+    evicted = evict(args.checkpoint) if cold_disk and args.checkpoint else 0
+    video = out / f"{mode}-{'cold' if cold_cache else 'warm'}.mp4"
+    cmd = [sys.executable, "-m", "wanscope", "generate", "--preset", args.preset, "--prompt", PROMPT]
+    cmd += ["--checkpoint", str(args.checkpoint)] if args.checkpoint else ["--random-weights"]
+    cmd += ["--size", args.size, "--frames", str(args.frames), "--steps", str(args.steps), "--mode", mode]
+    cmd += ["--out", str(video)] + (["--device", "cpu"] if args.smoke else [])
+    started = time.perf_counter()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    side = json.loads(video.with_suffix(".json").read_text())
+    steps = side.get("step_s") or []
+    return {
+        "mode": mode,
+        "cold_cache": cold_cache,
+        "cold_disk": cold_disk,
+        "evicted_bytes": evicted,
+        "wall_s": round(wall, 3),
+        "elapsed_s": side.get("elapsed_s"),
+        "stage_s": side.get("stage_s"),
+        "first_step_s": steps[0] if steps else None,
+        "steady_step_s": round(sorted(steps[1:])[len(steps[1:]) // 2], 4) if len(steps) > 1 else None,
+        "steady_steps_s": round(sum(steps[1:]), 3) if steps else None,
+        "outside_steady_s": round(wall - sum(steps[1:]), 3) if steps else None,
+        "step_s": steps,
+        "peak_memory_bytes": side.get("peak_memory_bytes"),
+        "kernels_ran": side.get("kernels_ran"),
+        "attention_ran": side.get("attention_ran"),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--src", action="append", default=[], metavar="NAME=PATH", help="a source tree (default: this=src)")
+    p.add_argument("--checkpoint", type=Path, help="a checkpoint folder (default: random weights)")
+    p.add_argument("--preset", default="1.3B")
+    p.add_argument("--size", default="832x480")
+    p.add_argument("--frames", type=int, default=81)
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--modes", default="exact,fast")
+    p.add_argument("--cold-disk", action="store_true", help="evict the checkpoint's files before each run")
+    p.add_argument("--smoke", action="store_true", help="tiny preset on the CPU, exact mode, 2 steps")
+    p.add_argument("--label")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    if args.smoke:
+        args.preset, args.size, args.frames, args.steps, args.modes = "tiny", "64x64", 5, 2, "exact"
+    srcs = [s.split("=", 1) for s in args.src] or [["this", str(REPO / "src")]]
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="ttv-") as tmp:
+        for name, src in srcs:
+            for mode in args.modes.split(","):
+                caches = Path(tmp) / f"caches-{name}-{mode}"
+                for cold in (True, False):
+                    out = Path(tmp) / f"out-{name}"
+                    out.mkdir(exist_ok=True)
+                    run = {"src": name, **run_case(Path(src).resolve(), args, mode, caches, cold, args.cold_disk, out)}
+                    print(json.dumps({k: v for k, v in run.items() if k != "step_s"}), flush=True)
+                    runs.append(run)
+    import torch
+
+    result = {
+        "benchmark": "time_to_video",
+        "date": datetime.date.today().isoformat(),
+        "smoke": args.smoke,
+        "commit": git_commit(),
+        "weights": str(args.checkpoint) if args.checkpoint else "random (--random-weights)",
+        "preset": args.preset,
+        "size": args.size,
+        "frames": args.frames,
+        "steps": args.steps,
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "torch": torch.__version__,
+        "triton": version("triton"),
+        "srcs": dict(srcs),
+        "runs": runs,
+    }
+    print(write_result(args.out, "time_to_video", result, args.label))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""The VAE decode's speed and error by precision and layout (issue 26).
+
+Decodes the latents of a 1.3B 832x480x81 request ([1, 16, 21, 60, 104], standard normal: a
+DiT's output is normalized the same way) with diffusers' ``AutoencoderKLWan`` through
+``wanscope.wan.vae.decode``, random weights (labelled so), in each variant: fp32 as the engine
+and the official code decode; fp32 with ``cudnn.benchmark``; bf16; bf16 with channels-last 3D
+convolutions and ``cudnn.benchmark``. Each variant's video is compared with the fp32 one:
+PSNR over [-1, 1] (peak-to-peak 2), the largest absolute difference, and the share of uint8
+frame values that differ. Times are wall-clock medians with a device sync (CUDA events would
+miss nothing here: one decode is seconds).
+
+    python benchmarks/vae_decode.py --out benchmarks/results
+    python benchmarks/vae_decode.py --smoke --out /tmp/r        # tiny VAE on the CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import torch
+from _common import sync, version, write_result
+
+from wanscope.wan.config import get_preset
+from wanscope.wan.pipeline import latent_shape, to_frames
+from wanscope.wan.vae import decode, load_vae
+
+VARIANTS = {
+    "fp32": (torch.float32, False, False),
+    "fp32-cudnn-benchmark": (torch.float32, False, True),
+    "bf16": (torch.bfloat16, False, False),
+    "bf16-channels-last-cudnn-benchmark": (torch.bfloat16, True, True),
+}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--smoke", action="store_true")
+    p.add_argument("--label")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    preset = get_preset("tiny" if args.smoke else "1.3B")
+    device = torch.device("cpu" if args.smoke else "cuda")
+    h, w, f = (64, 64, 5) if args.smoke else (480, 832, 81)
+    gen = torch.Generator(device=device).manual_seed(0)
+    latents = torch.randn(latent_shape(preset, h, w, f), generator=gen, device=device)
+    torch.manual_seed(0)
+    base = load_vae(None, preset.vae, torch.float32, device)
+    state = {k: v.clone() for k, v in base.state_dict().items()}
+    results, reference = {}, None
+    for name, (dtype, channels_last, benchmark) in VARIANTS.items():
+        torch.backends.cudnn.benchmark = benchmark
+        vae = torch.nn.Module.to(base, dtype)  # not ModelMixin.to: it logs on every cast
+        vae.load_state_dict(state)  # the same weights, rounded to ``dtype``
+        for m in vae.modules():
+            if isinstance(m, torch.nn.Conv3d):
+                fmt = torch.channels_last_3d if channels_last else torch.contiguous_format
+                m.weight.data = m.weight.data.contiguous(memory_format=fmt)
+        times = []
+        for _ in range(args.repeats + 1):  # the first: cuDNN's choices, allocator growth
+            sync(device)
+            start = time.perf_counter()
+            video = decode(vae, latents, preset.vae)
+            sync(device)
+            times.append(time.perf_counter() - start)
+        frames = to_frames(video)
+        row = {"first_s": round(times[0], 3), "median_s": round(statistics.median(times[1:]), 3)}
+        if reference is None:
+            reference = (video, frames)
+        else:
+            mse = torch.mean((video - reference[0]) ** 2).item()
+            row |= {
+                "psnr_db": round(10 * math.log10(4 / mse), 2) if mse > 0 else None,
+                "max_abs_diff": round((video - reference[0]).abs().max().item(), 5),
+                "uint8_values_differing": round((frames != reference[1]).float().mean().item(), 5),
+            }
+        row["peak_memory_bytes"] = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        results[name] = row
+        print(name, row, flush=True)
+        del video
+    result = {
+        "benchmark": "vae_decode",
+        "date": datetime.date.today().isoformat(),
+        "smoke": args.smoke,
+        "weights": "random (the VAE's own initialization)",
+        "latents": list(latents.shape),
+        "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
+        "torch": torch.__version__,
+        "diffusers": version("diffusers"),
+        "variants": results,
+    }
+    print(write_result(args.out, "vae_decode", result, args.label))
+
+
+if __name__ == "__main__":
+    main()

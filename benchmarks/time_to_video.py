@@ -97,7 +97,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--src", action="append", default=[], metavar="NAME=PATH", help="a source tree (default: this=src)")
     p.add_argument("--checkpoint", type=Path, help="a checkpoint folder (default: random weights)")
-    p.add_argument("--preset", default="1.3B")
+    p.add_argument("--preset", default="wan2.1-t2v-1.3b")
     p.add_argument("--size", default="832x480")
     p.add_argument("--frames", type=int, default=81)
     p.add_argument("--steps", type=int, default=50)

@@ -47,7 +47,7 @@ def main() -> None:
     p.add_argument("--label")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
-    preset = get_preset("tiny" if args.smoke else "1.3B")
+    preset = get_preset("tiny" if args.smoke else "wan2.1-t2v-1.3b")
     device = torch.device("cpu" if args.smoke else "cuda")
     h, w, f = (64, 64, 5) if args.smoke else (480, 832, 81)
     gen = torch.Generator(device=device).manual_seed(0)

@@ -56,3 +56,5 @@ def test_random_text_encoder_is_built_in_its_dtype_with_transformers_init():
     emb = model.get_input_embeddings().weight
     assert abs(emb.float().std().item() - 1) < 0.1
     assert isinstance(model.get_input_embeddings(), nn.Embedding)
+    # one embedding tensor, shared by the encoder, as in a model built the usual way
+    assert model.shared.weight is model.encoder.embed_tokens.weight

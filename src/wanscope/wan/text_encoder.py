@@ -132,6 +132,7 @@ def load_umt5(path: Path | None, cfg: TextEncoderConfig, dtype: torch.dtype, dev
         with torch.device("meta"):
             model = UMT5EncoderModel(umt5_config(cfg))
         model = model.to(dtype).to_empty(device=device)
+        model.tie_weights()  # to_empty gives each name of the shared embedding its own tensor
         model.apply(model._init_weights)
         return model.eval().requires_grad_(False)
     with torch.device("meta"):

@@ -40,7 +40,7 @@ def test_ranges_that_outlive_their_entering_call_keep_their_children(tmp_path):
     trace.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
     nodes = icicle_nodes(open_traces([str(trace)]), min_share=0)
     c = chains(nodes)
-    root = "rank 0 · thread 1"
+    root = "rank 0 · pid 1 · thread 1"
     assert c["aten::linear"] == (
         root,
         "pipeline.py(10): denoise",
@@ -72,5 +72,8 @@ def test_steps_merge_into_one_subtree_and_every_thread_keeps_its_root(tmp_path):
     assert (step["total_ns"], step["merged"], step["kind"], step["module"]) == (3_200_000, 4, "annotation", None)
     mm = by_label["aten::mm"]
     assert (mm["total_ns"], mm["merged"], mm["module"]) == (2_000_000, 1, "Block")
-    assert [n["label"] for n in nodes if n["parent"] == ""] == ["rank 0 · thread 1", "rank 0 · thread 2"]
+    assert [n["label"] for n in nodes if n["parent"] == ""] == [
+        "rank 0 · pid 1 · thread 1",
+        "rank 0 · pid 1 · thread 2",
+    ]
     assert "aten::add" not in by_label  # pruned, its thread's root kept

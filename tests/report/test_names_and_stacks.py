@@ -99,3 +99,34 @@ def test_stacks_collapse_to_the_programs_own_frames():
     # a script named like a standard library module is still the program's entry
     script = ["profile.py(3): <module>", "typing.py(10): inner", "aten::mm"]
     assert collapse(script) == ["profile.py(3): <module>", "aten::mm"]
+
+
+def test_a_name_of_thousands_of_identifiers_gets_a_short_form_quickly():
+    huge = "void k<" + ", ".join(f"ns::T{i}x" for i in range(8000)) + ">(int)"
+    forms = candidates(huge)
+    assert forms[0] == "k · T0x T1x" and len(forms) <= 12 and forms[-1] == huge.removeprefix("void ")
+
+
+def test_numbering_skips_labels_already_shown_and_no_name_starts_with_a_separator():
+    shown = display_names(["a\x01b", "a\x02b", "a\ufffdb [2]"])
+    assert len(set(shown.values())) == 3
+    assert candidates("<unknown>")[0] == "unknown"
+
+
+def test_gap_stacks_count_what_they_hide_once():
+    from wanscope.report.html import _stacks
+
+    other = [*STACK[:3], "nn.Module: Block_4", "aten::mul"]
+    gaps = [{"stack": s, "next_op": {"name": "k"}} for s in (STACK, other)]
+    ((first, second),) = _stacks(
+        {"devices": [{"rank": 0, "device": 0, "gaps": {"largest": gaps}}]}, {"k": "k"}
+    ).values()
+    # STACK: 3 shared, then 3 own of 7 (a torch frame, contextlib, the built-in, aten::linear hidden)
+    assert (first["shared"], first["own"], first["skipped"]) == (3, collapse(STACK, 3), 4)
+    assert (second["own"], second["skipped"]) == (["nn.Module: Block_4", "aten::mul"], 0)
+
+
+def test_plot_labels_show_markup_in_names_as_text():
+    from wanscope.report.figures import plot_text
+
+    assert plot_text("a<a href='x'>b</a> & <br>") == "a&lt;a href='x'&gt;b&lt;/a&gt; &amp; &lt;br&gt;"

@@ -137,9 +137,9 @@ def test_clicking_gap_i_shows_gap_i_on_the_timeline(rendered):
 def test_the_icicle_has_one_root_per_thread(rendered):
     _, trace, _, found, _ = rendered
     con = open_traces([str(trace)])
-    threads = con.execute("SELECT DISTINCT rank, tid FROM cpu_ops").fetchall()
+    threads = con.execute("SELECT DISTINCT rank, pid, tid FROM cpu_ops").fetchall()
     assert found["icicle_roots"] == len(threads)
-    assert sorted(found["icicle_root_labels"]) == sorted(f"rank {r} · thread {t}" for r, t in threads)
+    assert sorted(found["icicle_root_labels"]) == sorted(f"rank {r} · pid {p} · thread {t}" for r, p, t in threads)
 
 
 def test_report_files_are_self_contained():

@@ -18,15 +18,18 @@ def test_ops_inside_a_detail_view_are_not_merged(tmp_path):
     coarse = timeline_segments(con, Scope(), max_segments=10)
     assert [s["ops"] for s in coarse] == [10] * 10  # a quantum of 99.9 us: ten kernels each
     window_start = con.execute("SELECT min(start_ns) FROM kernels").fetchall()[0][0]
-    a, b = window_start + 500_000, window_start + 520_000
+    # a view 540..560 us into the window, inside the merged segment of kernels 50..59
+    a, b = window_start + 540_000, window_start + 560_000
     fine = timeline_segments(con, Scope(), max_segments=10, detail=[(0, 0, a, b)])
-    singles = [s for s in fine if s["ops"] == 1]
-    # the view is 500..520 us into the window: kernel 49 (490..499) ends before it; 50 and 51 lie
-    # in it; 52 starts at its end (overlap is inclusive)
-    assert [(s["start_ns"], s["end_ns"]) for s in singles] == [
-        (500_000, 509_000),
-        (510_000, 519_000),
-        (520_000, 529_000),
+    around = [(s["start_ns"], s["end_ns"], s["ops"]) for s in fine if 500_000 <= s["start_ns"] < 600_000]
+    # kernels 54, 55 and 56 (56 starts at the view's end: overlap is inclusive) each on its own;
+    # 50..53 before the view and 57..59 after it merge, but not across it
+    assert around == [
+        (500_000, 539_000, 4),
+        (540_000, 549_000, 1),
+        (550_000, 559_000, 1),
+        (560_000, 569_000, 1),
+        (570_000, 599_000, 3),
     ]
     assert sum(s["ops"] for s in fine) == 100
 

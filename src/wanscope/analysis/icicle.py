@@ -6,7 +6,8 @@ of names from the thread's root merge into one node whose time is the sum of the
 Names that differ only in a trailing ``#N`` (torch.profiler's ``ProfilerStep#3``, our
 ``wanscope/step#3``) count as one name, so every step's ranges merge into one subtree instead of
 one copy per step. Nodes under ``min_share`` of the total host time are pruned (their time stays
-in the parent's total); the thread roots are always kept: one root per thread that has ranges.
+in the parent's total); the thread roots are always kept: one root per thread (rank, process,
+thread id) that has ranges.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def icicle_nodes(con, min_share: float = 0.001) -> list[dict]:
     ``kind`` (``cpu_ops.kind``: op, python, annotation, nvtx; None at the roots) and ``module``
     (the class of the innermost ``nn.Module: Class_N`` range at or above it, None outside
     modules and at the roots)."""
-    rows = con.execute("SELECT parent_id, name, rank, tid, dur_ns, kind FROM cpu_ops ORDER BY id").fetchall()
+    rows = con.execute("SELECT parent_id, name, rank, pid, tid, dur_ns, kind FROM cpu_ops ORDER BY id").fetchall()
     paths: dict[tuple, int] = {}
     labels: list[str] = []
     names: list[set[str]] = []
@@ -32,14 +33,14 @@ def icicle_nodes(con, min_share: float = 0.001) -> list[dict]:
     kinds: list[str | None] = []
     totals: list[int] = []
     path_of: list[int] = []  # by cpu_ops.id (0, 1, ... in this order): its node; a parent comes first
-    for parent_id, name, rank, tid, dur, kind in rows:
+    for parent_id, name, rank, pid, tid, dur, kind in rows:
         parent_path = path_of[parent_id] if parent_id is not None else None
         if parent_path is None:
-            root_key = ("root", rank, tid)
+            root_key = ("root", rank, pid, tid)
             parent_path = paths.get(root_key)
             if parent_path is None:
                 parent_path = paths[root_key] = len(labels)
-                labels.append(f"rank {rank} · thread {tid}")
+                labels.append(f"rank {rank} · pid {pid} · thread {tid}")
                 names.append(set())
                 parents.append(-1)
                 modules.append(None)

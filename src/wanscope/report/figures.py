@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from wanscope.report.units import fmt_bytes, fmt_ns, fmt_pct
 
-# A qualitative palette (Plotly's "D3" colours) for categories, kinds and modules.
+# A qualitative palette (Plotly's "D3" colours without its red, which marks the idle gaps) for
+# categories, kinds and modules.
 PALETTE = (
     "#1f77b4",
     "#ff7f0e",
     "#2ca02c",
-    "#d62728",
+    "#aec7e8",
     "#9467bd",
     "#8c564b",
     "#e377c2",
@@ -26,6 +27,13 @@ PALETTE = (
 )
 HOST_THREADS = 4  # threads with the most busy time that get a host-op chart
 HOST_OPS = 15  # ops per thread in it
+
+
+def plot_text(text: str) -> str:
+    """``text`` for a plotly label or hover text: plotly reads ``<a>``, ``<b>``, ``<br>`` in
+    them as its own markup, so a name's ``<`` and ``>`` (C++ templates, a hostile name) are
+    written as entities."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def device_key(d: dict) -> str:
@@ -39,12 +47,15 @@ def colour_of(keys) -> dict:
     return out
 
 
-def timeline(d: dict, segments: list[dict], gap_windows: list[dict]):
+def timeline(d: dict, segments: list[dict], gap_windows: list[dict], shown: dict[str, str], webgl: bool = True):
     """The GPU timeline of device ``d``: one row per stream, one trace per category, and the
-    ``idle gaps`` row with each listed gap as a bar and a marker (visible at any zoom)."""
+    ``idle gaps`` row with each listed gap as a bar and a marker (visible at any zoom). Names
+    are the readable ones of ``shown``. ``webgl``: draw the streams with WebGL (fast for many
+    segments; a browser holds 16 WebGL contexts, so a page of many devices draws SVG)."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
+    scatter = go.Scattergl if webgl else go.Scatter
     mine = [s for s in segments if (s["rank"], s["device"]) == (d["rank"], d["device"])]
     streams = sorted({s["stream"] for s in mine})
     colours = colour_of(s["category"] for s in mine)
@@ -56,10 +67,10 @@ def timeline(d: dict, segments: list[dict], gap_windows: list[dict]):
             y = f"stream {s['stream']}"
             xs += [s["start_ns"] / 1e6, s["end_ns"] / 1e6, None]
             ys += [y, y, None]
-            label = f"{s['name'][:80]} ({s['ops']} ops)"
+            label = plot_text(f"{shown.get(s['name'], s['name'])} ({s['ops']} ops)")
             texts += [label, label, None]
         fig.add_trace(
-            go.Scattergl(
+            scatter(
                 x=xs,
                 y=ys,
                 mode="lines",
@@ -73,7 +84,7 @@ def timeline(d: dict, segments: list[dict], gap_windows: list[dict]):
     for g in gap_windows:
         gx += [g["start_ms"], g["end_ms"], None]
         gy += ["idle gaps", "idle gaps", None]
-        label = f"gap {g['i']}: idle {fmt_ns(g['dur_ns'])} before {g['next_op'][:60]}"
+        label = plot_text(f"gap {g['i']}: idle {fmt_ns(g['dur_ns'])} before {shown.get(g['next_op'], g['next_op'])}")
         gt += [label, label, None]
         mx.append((g["start_ms"] + g["end_ms"]) / 2)
         mt.append(label)
@@ -159,18 +170,19 @@ def host_ops(thread: dict):
         fig.add_trace(
             go.Bar(
                 x=[o["self_ns"] / 1e6 for _, o in mine],
-                y=[f"{i}. {o['name'][:70]}" for i, o in mine],
+                y=[plot_text(f"{i}. {o['name'][:70]}") for i, o in mine],
                 orientation="h",
                 name=kind,
                 marker={"color": colours[kind]},
                 hovertext=[
-                    f"{o['name']}<br>{o['count']:,} calls, total {fmt_ns(o['total_ns'])}, self {fmt_ns(o['self_ns'])}"
+                    f"{plot_text(o['name'])}<br>{o['count']:,} calls, total {fmt_ns(o['total_ns'])}, "
+                    f"self {fmt_ns(o['self_ns'])}"
                     for _, o in mine
                 ],
                 hoverinfo="text",
             )
         )
-    order = [f"{i}. {o['name'][:70]}" for i, o in enumerate(ops, 1)]
+    order = [plot_text(f"{i}. {o['name'][:70]}") for i, o in enumerate(ops, 1)]
     fig.update_layout(
         height=140 + 26 * len(ops),
         xaxis_title="self time, ms",
@@ -211,12 +223,14 @@ def icicle(nodes: list[dict]):
         go.Icicle(
             ids=[n["id"] for n in nodes],
             parents=[n["parent"] for n in nodes],
-            labels=[n["label"][:60] for n in nodes],
+            labels=[plot_text(n["label"][:60]) for n in nodes],
             values=own,
             branchvalues="remainder",
             marker={"colors": [colours[n[by]] for n in nodes]},
             hovertext=[
-                f"{n['label']}<br>{fmt_ns(n['total_ns'])}" + (f"<br>{by}: {n[by]}" if n[by] else "") for n in nodes
+                f"{plot_text(n['label'])}<br>{fmt_ns(n['total_ns'])}"
+                + (f"<br>{by}: {plot_text(n[by])}" if n[by] else "")
+                for n in nodes
             ],
             hoverinfo="text",
             tiling={"orientation": "v"},
@@ -228,10 +242,11 @@ def icicle(nodes: list[dict]):
 
 
 def trace_memory(m: dict):
-    """Allocated and reserved memory over the trace for ``m`` (``memory[]``), the peak marked."""
+    """Allocated and reserved memory over the trace for ``m`` (``memory[]``, a non-empty
+    ``timeline``), the peak marked."""
     import plotly.graph_objects as go
 
-    t0 = m["timeline"][0][0] if m["timeline"] else m["peak_ns"]
+    t0 = m["timeline"][0][0]
     xs = [(p[0] - t0) / 1e6 for p in m["timeline"]]
     fig = go.Figure(
         [
@@ -271,7 +286,7 @@ def roofline(d: dict):
                 marker={"size": [6 + 24 * (r["gpu_ns"] / max(x["gpu_ns"] for x in rows)) ** 0.5 for r in mine]},
                 marker_color=colours[cat],
                 hovertext=[
-                    f"{r['name']}<br>{r['count']:,} calls, {fmt_ns(r['gpu_ns'])}, {fmt_pct(r['roof_pct'])} of roof"
+                    f"{plot_text(r['name'])}<br>{r['count']:,} calls, {fmt_ns(r['gpu_ns'])}, {fmt_pct(r['roof_pct'])} of roof"
                     for r in mine
                 ],
                 hoverinfo="text",
@@ -319,12 +334,13 @@ def snapshot_figures(doc: dict | None) -> list[tuple[str, str, object]]:
         fig = go.Figure(
             go.Bar(
                 x=[g["bytes"] / 2**30 for g in groups],
-                y=[f"{i}. {g['where'][:70]}" for i, g in enumerate(groups, 1)],
+                y=[plot_text(f"{i}. {g['where'][:70]}") for i, g in enumerate(groups, 1)],
                 orientation="h",
                 text=[fmt_pct(g["pct"]) for g in groups],
                 hovertext=[
                     "<br>".join(
-                        [f"{fmt_bytes(g['bytes'])} in {g['allocations']:,}"] + [frame_text(f) for f in g["stack"][:16]]
+                        [f"{fmt_bytes(g['bytes'])} in {g['allocations']:,}"]
+                        + [plot_text(frame_text(f)) for f in g["stack"][:16]]
                     )
                     for g in groups
                 ],

@@ -23,7 +23,6 @@ from wanscope.report.stacks import collapse, common_prefix
 from wanscope.report.text import RANKS_DEFINITIONS
 from wanscope.report.units import fmt_bytes, fmt_ns, fmt_pct
 
-MAX_HTML_BYTES = 8 << 20
 GAP_CONTEXT = 10  # a jump to a gap shows this many gap lengths of activity on each side of it
 MIN_CONTEXT_NS = 20_000  # and at least this much
 
@@ -55,10 +54,11 @@ def gap_windows(result: dict) -> dict[str, list[dict]]:
     return out
 
 
-def _display(result: dict) -> dict[str, str]:
+def _display(result: dict, segments: list[dict]) -> dict[str, str]:
     """A readable name (``kernel_names.display_names``) for every kernel and op the device
-    sections name: the top kernels, the fused kernels and the ops that end the listed gaps."""
-    names = []
+    sections name: the top kernels, the fused kernels, the ops that end the listed gaps and
+    those the timeline's segments are named after."""
+    names = [s["name"] for s in segments]
     for d in result["devices"]:
         names += [k["name"] for k in d["top_kernels"] + d.get("fused_kernels", []) if k["name"] != "other"]
         names += [g["next_op"]["name"] for g in d["gaps"]["largest"]]
@@ -84,8 +84,8 @@ def _kernels(result: dict, shown: dict[str, str]) -> dict[str, dict]:
 
 def _stacks(result: dict, shown: dict[str, str]) -> dict[str, list[dict]]:
     """Per device key, each listed gap's ``next_op`` under its readable name and its stack:
-    ``own`` (``stacks.collapse``, the ``shared`` outer frames every listed gap has left out)
-    and ``skipped`` (how many entries that hides)."""
+    ``own`` (``stacks.collapse``), ``shared`` (the outer entries every listed gap has, left
+    out) and ``skipped`` (the library frames and ops left out after those)."""
     out = {}
     for d in result["devices"]:
         stacks = [g["stack"] for g in d["gaps"]["largest"]]
@@ -93,17 +93,22 @@ def _stacks(result: dict, shown: dict[str, str]) -> dict[str, list[dict]]:
         rows = []
         for g, s in zip(d["gaps"]["largest"], stacks, strict=True):
             own = collapse(s, skip)
-            rows.append(
-                {"next_op": shown[g["next_op"]["name"]], "own": own, "skipped": len(s) - len(own), "shared": skip}
-            )
+            hidden = len(s) - skip - len(own)
+            rows.append({"next_op": shown[g["next_op"]["name"]], "own": own, "skipped": hidden, "shared": skip})
         out[figures.device_key(d)] = rows
     return out
 
 
-def _figures(result: dict, segments: list[dict], icicle: list[dict], gaps: dict) -> list[tuple[str, str, object]]:
+WEBGL_DEVICES = 6  # timelines drawn with WebGL at most (a browser keeps 16 WebGL contexts)
+
+
+def _figures(
+    result: dict, segments: list[dict], icicle: list[dict], gaps: dict, shown: dict[str, str]
+) -> list[tuple[str, str, object]]:
     figs = []
+    webgl = len(result["devices"]) <= WEBGL_DEVICES
     for d in result["devices"]:
-        figs.append(figures.timeline(d, segments, gaps[figures.device_key(d)]))
+        figs.append(figures.timeline(d, segments, gaps[figures.device_key(d)], shown, webgl))
         figs.append(figures.categories(d))
     if result["steps"]:
         figs.append(figures.steps(result))
@@ -116,7 +121,7 @@ def _figures(result: dict, segments: list[dict], icicle: list[dict], gaps: dict)
             figs.append(figures.launch_queue(q))
     if icicle:
         figs.append(figures.icicle(icicle))
-    for m in result.get("memory", []):
+    for m in result.get("memory") or []:
         if m["timeline"]:
             figs.append(figures.trace_memory(m))
     for d in (result.get("roofline") or {}).get("devices", []):
@@ -187,12 +192,12 @@ def render_page(template: str, figs: list[tuple[str, str, object]], filters: dic
 
 
 def render_html(result: dict, segments: list[dict], icicle: list[dict], title: str) -> str:
-    """The whole page as one string (at most ``MAX_HTML_BYTES`` for realistic traces).
+    """The whole page as one string.
     ``segments`` are ``analysis.timeline.timeline_segments`` rows (with ``gap_windows``' views as
     its detail), ``icicle`` ``analysis.icicle.icicle_nodes``."""
     gaps = gap_windows(result)
-    figs = _figures(result, segments, icicle, gaps)
-    shown = _display(result)
+    shown = _display(result, segments)
+    figs = _figures(result, segments, icicle, gaps, shown)
     return render_page(
         "report.html",
         figs,

@@ -19,7 +19,9 @@ import re
 from wanscope.report.tables import clean
 
 MAX_PLAIN = 72
-_IDENT = re.compile(r"[A-Za-z_]\w*")
+MAX_WORDS = 8  # identifiers a short form takes at most (more reads as the full name)
+MAX_TYPES = 4
+_IDENT = re.compile(r"[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*")  # a name with its namespaces: the last part counts
 _TYPES = frozenset(
     "BFloat16 Half float double int char bool long short unsigned signed int8_t uint8_t int16_t "
     "int32_t int64_t uint32_t uint64_t Float8_e4m3fn Float8_e5m2 complex __half __nv_bfloat16 true false".split()
@@ -58,9 +60,9 @@ def _template_end(s: str, i: int) -> int:
 
 
 def _own_name(name: str) -> tuple[str, str, str]:
-    """(base, numeric template arguments, the template arguments' text) of a name without its
-    leading ``void``, ``(anonymous namespace)`` and casts such as ``(int)`` removed; the
-    kernel's argument list is dropped."""
+    """(base, numeric template arguments, the template arguments' text) of a name (its leading
+    ``void`` already removed), with ``(anonymous namespace)`` and casts such as ``(int)``
+    removed; the kernel's argument list is dropped."""
     name = _CAST.sub("", name.replace("(anonymous namespace)::", ""))
     cut = len(name)
     for ch in "<(":
@@ -87,18 +89,19 @@ def candidates(name: str) -> list[str]:
         return [full[:half] + "…" + full[-half:], full]
     base, nums, rest = _own_name(full)
     words, types = [], []
-    for w in _IDENT.findall(rest):
+    for w in (q.rsplit("::", 1)[-1] for q in _IDENT.findall(rest)):
         if w == base or w in _PLUMBING or _PLACEHOLDER.match(w):
             continue
         bucket = types if w in _TYPES else words
         if w not in bucket:
             bucket.append(w)
     head = base + nums
+    words, types = words[:MAX_WORDS], types[:MAX_TYPES]
     out = []
     for n in range(1, len(words) + 1):
-        out.append(" · ".join([head, " ".join(words[:n])]))
+        out.append(" · ".join(x for x in (head, " ".join(words[:n])) if x))
     if not out:
-        out.append(head)
+        out.append(head or full)
     last = out[-1]
     for n in range(1, len(types) + 1):
         out.append(f"{last} ({', '.join(types[:n])})")
@@ -110,9 +113,9 @@ def candidates(name: str) -> list[str]:
 def display_names(names) -> dict[str, str]:
     """A distinct readable name for every distinct name in ``names`` (kernel names): each
     starts at its shortest form; the names whose forms meet all move to their next form,
-    until no two meet (the full names, ``clean``, at the latest). Two names the same once
-    ``clean`` (control characters replaced) are told apart by `` [2]``, `` [3]``, ... in the
-    order given."""
+    until no two meet (the full names, ``clean``, at the latest). Names still the same then
+    (they differ only in control characters, a leading ``void`` or surrounding whitespace) are
+    told apart by `` [2]``, `` [3]``, ... in the order given, skipping labels already shown."""
     unique = list(dict.fromkeys(names))
     forms = {n: candidates(n) for n in unique}
     level = dict.fromkeys(unique, 0)
@@ -130,9 +133,12 @@ def display_names(names) -> dict[str, str]:
                     moved = True
         if not moved:
             break
-    out, seen = {}, {}
+    out: dict[str, str] = {}
+    taken: set[str] = set()
     for n in unique:
-        label = forms[n][level[n]]
-        k = seen[label] = seen.get(label, 0) + 1
-        out[n] = label if k == 1 else f"{label} [{k}]"
+        label, k = forms[n][level[n]], 1
+        while (shown_as := label if k == 1 else f"{label} [{k}]") in taken:
+            k += 1
+        taken.add(shown_as)
+        out[n] = shown_as
     return out

@@ -44,7 +44,7 @@ class StepProgress:
         self.bar.set_postfix_str(self.postfix())
 
     def postfix(self) -> str:
-        """``first step 11.1 s`` then ``, 0.90 s/step, ~40 s left``."""
+        """``first step T s`` then, from the second step on, ``, R s/step, ~L s left``."""
         parts = []
         if self.first_s:
             parts.append(f"first step{'s' if len(self.first_s) > 1 else ''} {sum(self.first_s):.1f} s")

@@ -2,35 +2,19 @@
 the key numbers on it; a screenshot is kept in test-artifacts/."""
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from browser import FLAGS, chromium
 from shared_fixtures import HANG_S
 from synthetic_traces import base_and_new
 
 REPO = Path(__file__).resolve().parents[2]
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--enable-logging=stderr",
-    "--v=0",
-    "--virtual-time-budget=15000",
-]
 
 
 def test_diff_page_renders(tmp_path):
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        pytest.skip("headless Chromium not installed (Debian package chromium)")
+    exe = chromium()
     base, new = base_and_new(tmp_path)
     page = tmp_path / "diff.html"
     r = subprocess.run(

@@ -112,6 +112,16 @@ def _int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _check_optional(item: dict, where: str, keys: tuple[str, ...], checked: set[int]) -> None:
+    """Raise ValueError naming ``where`` for one of ``keys`` present in ``item`` that is not an
+    integer, or ``frames`` present that is not a list of frames."""
+    for key in keys:
+        if key in item and not _int(item[key]):
+            raise ValueError(f"{where}.{key}: not an integer")
+    if "frames" in item and not _frames_ok(item["frames"], checked):
+        raise ValueError(f"{where}.frames: not a list of frames (filename, line, name)")
+
+
 def _frames_ok(frames, checked: set[int]) -> bool:
     """A list of frames (``filename``, ``line``, ``name``); lists already checked (torch shares
     one list among the events of one stack) are passed over by their id."""
@@ -157,11 +167,7 @@ def check(obj) -> None:
                 raise ValueError(f"{bwhere}: not a block with a size")
             if block.get("state") not in BLOCK_STATES:
                 raise ValueError(f"{bwhere}.state: {block.get('state')!r}, not one of {', '.join(BLOCK_STATES)}")
-            for key in ("requested_size", "address"):
-                if key in block and not _int(block[key]):
-                    raise ValueError(f"{bwhere}.{key}: not an integer")
-            if "frames" in block and not _frames_ok(block["frames"], checked):
-                raise ValueError(f"{bwhere}.frames: not a list of frames (filename, line, name)")
+            _check_optional(block, bwhere, ("requested_size", "address"), checked)
     for d, trace in enumerate(obj["device_traces"]):
         if not isinstance(trace, list):
             raise ValueError(f"device_traces[{d}]: not a list of events")
@@ -172,11 +178,7 @@ def check(obj) -> None:
             for key in _FIELDS.get(e["action"], ()):
                 if not _int(e.get(key)):
                     raise ValueError(f"{where}.{key}: not an integer ({e['action']} event)")
-            for key in ("stream", "time_us"):
-                if key in e and not _int(e[key]):
-                    raise ValueError(f"{where}.{key}: not an integer")
-            if "frames" in e and not _frames_ok(e["frames"], checked):
-                raise ValueError(f"{where}.frames: not a list of frames (filename, line, name)")
+            _check_optional(e, where, ("stream", "time_us"), checked)
     recording = obj.get(RECORDING_KEY)
     if recording is not None and not isinstance(recording, dict):
         raise ValueError(f"{RECORDING_KEY}: not a dict")

@@ -134,3 +134,32 @@ def test_cuda_loop_runs_under_sync_debug_error():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert out.shape == noise.shape and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize(
+    ("device", "fast", "expected"),
+    [("cuda", True, torch.bfloat16), ("cuda", False, torch.float32), ("cpu", True, torch.float32)],
+)
+def test_vae_dtype_is_bf16_only_in_the_fast_mode_on_cuda(device, fast, expected):
+    from wanscope.wan.precision import FastConfig
+
+    parts = Components(
+        config=CFG, device=torch.device(device), dtype=torch.bfloat16, fast=FastConfig() if fast else None
+    )
+    assert parts.vae_dtype == expected
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the bf16 VAE decode is the fast mode's on CUDA")
+def test_fast_mode_vae_decodes_in_bf16_close_to_fp32():
+    from wanscope.wan.precision import FastConfig
+    from wanscope.wan.vae import decode
+
+    device = torch.device("cuda")
+    latents = torch.randn(latent_shape(CFG, 32, 48, 5), generator=torch.Generator().manual_seed(0)).to(device)
+    fp32 = decode(Components(config=CFG, device=device, dtype=torch.bfloat16).vae(), latents, CFG.vae)
+    vae = Components(config=CFG, device=device, dtype=torch.bfloat16, fast=FastConfig()).vae()
+    assert next(vae.parameters()).dtype == torch.bfloat16
+    bf16 = decode(vae, latents, CFG.vae)
+    assert bf16.dtype == torch.float32 and bf16.shape == fp32.shape
+    psnr = 10 * torch.log10(4 / torch.mean((bf16 - fp32) ** 2)).item()  # over [-1, 1]: peak-to-peak 2
+    assert psnr > 35, psnr

@@ -158,14 +158,19 @@ class Components:
             apply_fast_mode(model, self.fast)
         return model
 
+    @property
+    def vae_dtype(self) -> torch.dtype:
+        """fp32 whatever the DiT dtype, as the official Wan2_1_VAE; bf16 in the fast mode on
+        CUDA (its decode's PSNR against fp32 and its speed: benchmarks/vae_decode.py)."""
+        return torch.bfloat16 if self.fast is not None and self.device.type == "cuda" else torch.float32
+
     def vae(self):
         from wanscope.wan.vae import load_vae
 
-        # fp32 whatever the DiT dtype, as the official Wan2_1_VAE
         if self.random_weights:
             torch.manual_seed(0)
-            return load_vae(None, self.config.vae, torch.float32, self.device)
-        return load_vae(self._layout().vae, self.config.vae, torch.float32, self.device)
+            return load_vae(None, self.config.vae, self.vae_dtype, self.device)
+        return load_vae(self._layout().vae, self.config.vae, self.vae_dtype, self.device)
 
     def _layout(self):
         from wanscope.wan.weights import detect_layout

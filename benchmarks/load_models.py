@@ -43,7 +43,7 @@ from wanscope.wan.pipeline import Components
 cfg = get_preset(preset)
 t = time.perf_counter()
 if model == "text_encoder":
-    import transformers.models.umt5.modeling_umt5  # noqa: F401
+    import wanscope.wan.text_encoder  # noqa: F401
 elif model == "vae":
     import diffusers.models.autoencoders.autoencoder_kl_wan  # noqa: F401
 else:
@@ -51,18 +51,16 @@ else:
 mark("import_library", t)
 parts = Components(config=cfg, device=device, dtype=torch.bfloat16, checkpoint=None if checkpoint == "-" else checkpoint)
 if checkpoint == "-" and model == "text_encoder":
-    from transformers import UMT5EncoderModel
-    from wanscope.wan.text_encoder import umt5_config
+    from wanscope.wan.umt5 import UMT5Encoder
     t = time.perf_counter()
     with torch.device("meta"):
-        m = UMT5EncoderModel(umt5_config(cfg.text_encoder))
+        m = UMT5Encoder(cfg.text_encoder)
     mark("build_on_meta", t)
     t = time.perf_counter()
     m = m.to(torch.bfloat16).to_empty(device=device)
-    m.tie_weights()
     mark("to_empty", t)
     t = time.perf_counter()
-    m.apply(m._init_weights)
+    m.init_weights()
     mark("init", t)
     del m
 t = time.perf_counter()

@@ -1,7 +1,8 @@
 """Wan2.1 text-to-video end to end, ours against diffusers' ``WanPipeline`` (issue 8): text
 encoding, the 50-step denoising loop with CFG, VAE decode, random weights, one process.
 
-Both pipelines share the text encoder (transformers' ``UMT5EncoderModel``, bf16) and the VAE
+Both pipelines share the text encoder's weights (ours runs a ``UMT5Encoder``; diffusers gets a
+transformers ``UMT5EncoderModel`` holding the same tensors), bf16, and the VAE
 (diffusers' ``AutoencoderKLWan``, fp32, as the official code keeps it): ours wraps those very
 models, so the comparison isolates the DiT and the sampling loop. Diffusers runs its own
 ``WanTransformer3DModel`` (bf16 as ``from_pretrained(torch_dtype=bf16)`` casts it, default
@@ -41,7 +42,7 @@ from _common import diffusers_bf16, diffusers_config, result_label, sync, versio
 from wanscope.wan.attention import resolve_backend
 from wanscope.wan.config import get_preset
 from wanscope.wan.pipeline import Components, Request, encode_prompts, sample
-from wanscope.wan.text_encoder import ByteTokenizer, TextEncoder
+from wanscope.wan.text_encoder import ByteTokenizer, TextEncoder, transformers_config
 from wanscope.wan.vae import decode
 
 PROMPT = "A cat walks on the grass, realistic, daytime"
@@ -103,9 +104,17 @@ def theirs(parts: Components, req: Request, encoder: TextEncoder, vae, dtype) ->
     scheduler = UniPCMultistepScheduler(
         prediction_type="flow_prediction", use_flow_sigmas=True, num_train_timesteps=1000, flow_shift=req.shift
     )
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    # transformers' encoder holding ours's very tensors (the parameter names are the same)
+    with torch.device("meta"):
+        text_encoder = UMT5EncoderModel(UMT5Config(**transformers_config(cfg.text_encoder)))
+    state = encoder.model.state_dict()
+    state["encoder.embed_tokens.weight"] = state["shared.weight"]  # transformers' tied alias
+    text_encoder.load_state_dict(state, assign=True)
     pipe = WanPipeline(
         tokenizer=word_tokenizer(cfg.text_encoder.vocab_size),
-        text_encoder=encoder.model,
+        text_encoder=text_encoder.eval(),
         transformer=transformer,
         vae=vae,
         scheduler=scheduler,

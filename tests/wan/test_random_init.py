@@ -5,7 +5,6 @@ checkpoint's load gives it, with the initialization's statistics."""
 import math
 
 import torch
-from torch import nn
 
 from wanscope.wan.config import get_preset
 from wanscope.wan.dit import WanDiT, keeps_fp32
@@ -50,11 +49,11 @@ def test_random_text_encoder_is_built_in_its_dtype_with_transformers_init():
     assert {p.dtype for p in params.values()} == {torch.bfloat16}
     assert all(torch.isfinite(p).all() for p in params.values())
     norms = [p for n, p in params.items() if n.endswith("layer_norm.weight")]
-    assert norms and all(p.eq(1).all() for p in norms)
+    assert len(norms) == 2 * te.num_layers + 1 and all(p.eq(1).all() for p in norms)
     wi = next(p for n, p in params.items() if n.endswith("wi_0.weight"))
     assert abs(wi.float().std().item() * te.dim**0.5 - 1) < 0.2  # N(0, 1/d_model), Mesh TensorFlow's
-    emb = model.get_input_embeddings().weight
-    assert abs(emb.float().std().item() - 1) < 0.1
-    assert isinstance(model.get_input_embeddings(), nn.Embedding)
-    # one embedding tensor, shared by the encoder, as in a model built the usual way
-    assert model.shared.weight is model.encoder.embed_tokens.weight
+    wo = next(p for n, p in params.items() if n.endswith("wo.weight"))
+    assert abs(wo.float().std().item() * te.ffn_dim**0.5 - 1) < 0.2
+    q = next(p for n, p in params.items() if n.endswith("SelfAttention.q.weight"))
+    assert abs(q.float().std().item() * (te.dim * te.head_dim) ** 0.5 - 1) < 0.2
+    assert abs(model.shared.weight.float().std().item() - 1) < 0.1

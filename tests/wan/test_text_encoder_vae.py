@@ -3,6 +3,8 @@ with random weights: the official layout loaded through our loaders gives the of
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -11,7 +13,14 @@ from wan_helpers import rel_max_err
 
 from wanscope.errors import InputError
 from wanscope.wan.config import PRESETS, VAEConfig
-from wanscope.wan.text_encoder import ByteTokenizer, TextEncoder, load_umt5
+from wanscope.wan.text_encoder import (
+    ByteTokenizer,
+    CheckpointTokenizer,
+    TextEncoder,
+    config_from_json,
+    load_umt5,
+    transformers_config,
+)
 from wanscope.wan.vae import decode, load_vae
 
 TE = PRESETS["tiny"].text_encoder
@@ -54,16 +63,87 @@ def test_official_t5_layout_matches_official_encoder(official_t5):
     assert torch.count_nonzero(ours[0, :10].abs().sum(-1)) == 10
 
 
-def test_diffusers_text_encoder_layout_loads_same_weights(official_t5, tmp_path):
+def _transformers_umt5(model):
+    """transformers' UMT5EncoderModel holding ``model``'s tensors (the parameter names match)."""
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    theirs = UMT5EncoderModel(UMT5Config(**transformers_config(model.cfg))).eval()
+    state = model.state_dict()
+    state["encoder.embed_tokens.weight"] = state["shared.weight"]  # transformers' tied alias
+    theirs.load_state_dict(state, strict=True)
+    return theirs
+
+
+def test_encoder_matches_transformers_umt5_and_loads_its_folder(official_t5, tmp_path):
     _, path = official_t5
     model = load_umt5(path, TE, torch.float32, "cpu")
-    model.save_pretrained(tmp_path / "text_encoder")
-    again = load_umt5(tmp_path / "text_encoder", TE, torch.float32, "cpu")
-    ids, mask = ByteTokenizer()(["hello"], 8)
+    theirs = _transformers_umt5(model)
+    ids, mask = ByteTokenizer()(["hello", "a longer prompt with more tokens in it"], 48)
     with torch.no_grad():
-        a = model(input_ids=ids, attention_mask=mask).last_hidden_state
-        b = again(input_ids=ids, attention_mask=mask).last_hidden_state
-    assert torch.equal(a, b)
+        reference = theirs(input_ids=ids, attention_mask=mask).last_hidden_state
+        ours = model(ids, mask)
+    assert rel_max_err(ours, reference) <= 1e-5
+    theirs.save_pretrained(tmp_path / "text_encoder")  # safetensors, the shared embedding once
+    again = load_umt5(tmp_path / "text_encoder", TE, torch.float32, "cpu")
+    assert again.cfg == TE
+    with torch.no_grad():
+        assert torch.equal(again(ids, mask), ours)
+
+
+def test_folder_config_is_read_and_checked(tmp_path):
+    good = tmp_path / "config.json"
+    good.write_text(json.dumps(transformers_config(TE)))
+    assert config_from_json(good) == TE
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(transformers_config(TE) | {"feed_forward_proj": "relu"}))
+    with pytest.raises(InputError, match=r"bad\.json: feed_forward_proj 'relu'"):
+        config_from_json(bad)
+    bad.write_text(json.dumps(transformers_config(TE) | {"d_model": "32"}))
+    with pytest.raises(InputError, match=r"bad\.json: dim '32' is not a valid size"):
+        config_from_json(bad)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_folder(tmp_path_factory):
+    """A word-level tokenizer saved by transformers (tokenizer.json and its configs)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2} | {w: i + 3 for i, w in enumerate("a red fox in the snow runs".split())}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    folder = tmp_path_factory.mktemp("tokenizer")
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    ).save_pretrained(folder)
+    return folder
+
+
+def test_tokenizer_matches_transformers_padding_and_truncation(tokenizer_folder):
+    from transformers import AutoTokenizer
+
+    texts = ["a red fox", "a red fox in the snow runs in the red snow", "zebra", ""]
+    ids, mask = CheckpointTokenizer(tokenizer_folder)(texts, 6)
+    ref = AutoTokenizer.from_pretrained(str(tokenizer_folder))(
+        texts, padding="max_length", truncation=True, max_length=6, add_special_tokens=True, return_tensors="pt"
+    )
+    assert torch.equal(ids, ref.input_ids) and torch.equal(mask, ref.attention_mask)
+    assert ids[0].tolist() == [3, 4, 5, 1, 0, 0]  # words, </s>, padding
+    assert ids[1].tolist()[-1] == 1 and mask[1].tolist() == [1] * 6  # cut to 6 with </s> kept
+    assert ids[2].tolist()[:2] == [2, 1]  # <unk>
+
+
+def test_tokenizer_folder_errors_name_the_file(tmp_path):
+    bad = tmp_path / "tok"
+    bad.mkdir()
+    (bad / "tokenizer.json").write_text("{not json")
+    with pytest.raises(InputError, match=r"tokenizer\.json: not a tokenizer"):
+        CheckpointTokenizer(bad)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(InputError, match=r"empty: no loadable tokenizer"):
+        CheckpointTokenizer(empty)
 
 
 def test_t5_wrong_shapes_is_an_input_error(official_t5, tmp_path):

@@ -169,16 +169,18 @@ def write_diffusers_checkpoint(root: Path, dit) -> Path:
     "a red fox in the snow" (other words map to <unk>) and a base_dim 8 VAE."""
     from diffusers import AutoencoderKLWan
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast, UMT5EncoderModel
+    from transformers import PreTrainedTokenizerFast, UMT5Config, UMT5EncoderModel
 
     from wanscope.wan.config import PRESETS
-    from wanscope.wan.text_encoder import umt5_config
+    from wanscope.wan.text_encoder import transformers_config
 
     root.mkdir(parents=True)
     (root / "model_index.json").write_text("{}")
     dit.save_pretrained(root / "transformer")
     torch.manual_seed(0)
-    UMT5EncoderModel(umt5_config(PRESETS["tiny"].text_encoder)).save_pretrained(root / "text_encoder")
+    UMT5EncoderModel(UMT5Config(**transformers_config(PRESETS["tiny"].text_encoder))).save_pretrained(
+        root / "text_encoder"
+    )
     vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, "a": 3, "red": 4, "fox": 5, "in": 6, "the": 7, "snow": 8}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()

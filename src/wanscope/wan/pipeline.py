@@ -131,7 +131,7 @@ class Components:
         return self.checkpoint is None
 
     def text_encoder(self):
-        from wanscope.wan.text_encoder import ByteTokenizer, HFTokenizer, TextEncoder, load_umt5
+        from wanscope.wan.text_encoder import ByteTokenizer, CheckpointTokenizer, TextEncoder, load_umt5
 
         te_cfg, text_len = self.config.text_encoder, self.config.dit.text_len
         if self.random_weights:
@@ -139,7 +139,7 @@ class Components:
             return TextEncoder(load_umt5(None, te_cfg, self.dtype, self.device), ByteTokenizer(), text_len)
         layout = self._layout()
         model = load_umt5(layout.text_encoder, te_cfg, self.dtype, self.device)
-        return TextEncoder(model, HFTokenizer(layout.tokenizer), text_len)
+        return TextEncoder(model, CheckpointTokenizer(layout.tokenizer), text_len)
 
     def dit(self) -> WanDiT:
         from wanscope.wan.weights import load_dit

@@ -1,4 +1,4 @@
-"""The UMT5 text encoder (transformers' ``UMT5EncoderModel``) with both checkpoint layouts.
+"""The text stage: prompts -> UMT5 states, with both checkpoint layouts (``umt5.UMT5Encoder``).
 
 Official layout: ``models_t5_umt5-xxl-enc-bf16.pth`` (a state dict of the official ``t5.py``
 ``T5Encoder``), tokenizer in ``google/umt5-xxl/``. Diffusers layout: ``text_encoder/`` (a
@@ -18,9 +18,10 @@ import torch
 
 from wanscope.errors import InputError
 from wanscope.wan.config import TextEncoderConfig
+from wanscope.wan.umt5 import UMT5Encoder
 from wanscope.wan.weights import assign_state_dict, read_json, read_pth, read_safetensors, safetensors_files
 
-# official t5.py T5Encoder key -> transformers UMT5EncoderModel key (our table from both layouts;
+# official t5.py T5Encoder key -> transformers UMT5EncoderModel key (ours: umt5.py) (our table from both layouts;
 # the official FFN is fc1(x) * gelu(gate(x)), transformers' is wi_1(x) * gelu(wi_0(x))).
 _OFFICIAL_TO_HF = [
     (r"^token_embedding\.", "shared."),
@@ -68,101 +69,137 @@ class ByteTokenizer:
         return ids, (ids != 0).long()
 
 
-class HFTokenizer:
-    """The UMT5 tokenizer read from a checkpoint folder (never fetched).
+class CheckpointTokenizer:
+    """The UMT5 tokenizer of a checkpoint folder (never fetched): its ``tokenizer.json`` read with
+    the ``tokenizers`` library, or, in a folder without one (``spiece.model`` alone), through
+    transformers' ``AutoTokenizer``. Either way: the special tokens added (UMT5's ``</s>``),
+    truncated to ``length`` with them kept, padded with ``<pad>`` to ``length``, as transformers'
+    ``tokenizer(..., padding="max_length", truncation=True, max_length=length)`` does.
 
     Raises:
         InputError: the folder has no loadable tokenizer.
     """
 
     def __init__(self, folder: Path):
+        self.folder = folder
+        self.tokenizer = self.hf = None
+        if (folder / "tokenizer.json").is_file():
+            from tokenizers import Tokenizer
+
+            try:
+                self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+            except Exception as e:  # noqa: BLE001 (tokenizers raises a bare Exception)
+                raise InputError(
+                    folder / "tokenizer.json", f"not a tokenizer ({str(e).splitlines()[0][:120]})"
+                ) from None
+            pad = self.tokenizer.token_to_id("<pad>")
+            self.pad_id = 0 if pad is None else pad
+            return
         from transformers import AutoTokenizer
 
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+            self.hf = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         except (OSError, ValueError) as e:
             raise InputError(folder, f"no loadable tokenizer ({e.__class__.__name__})") from None
 
     def __call__(self, texts: list[str], length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.tokenizer(
-            texts,
-            padding="max_length",
-            truncation=True,
-            max_length=length,
-            add_special_tokens=True,
-            return_tensors="pt",
-        )
-        return out.input_ids, out.attention_mask
+        """(ids int64 [B, length], mask int64 [B, length]: 1 for tokens, 0 for padding)."""
+        if self.hf is not None:
+            out = self.hf(
+                texts,
+                padding="max_length",
+                truncation=True,
+                max_length=length,
+                add_special_tokens=True,
+                return_tensors="pt",
+            )
+            return out.input_ids, out.attention_mask
+        self.tokenizer.enable_truncation(max_length=length)
+        self.tokenizer.enable_padding(length=length, pad_id=self.pad_id, pad_token="<pad>")
+        encoded = self.tokenizer.encode_batch(texts, add_special_tokens=True)
+        ids = torch.tensor([e.ids for e in encoded], dtype=torch.long)
+        mask = torch.tensor([e.attention_mask for e in encoded], dtype=torch.long)
+        return ids, mask
 
 
-def umt5_config(cfg: TextEncoderConfig):
-    """transformers ``UMT5Config`` for ``cfg`` (gated tanh-GELU FFN, as the official GELU)."""
-    from transformers import UMT5Config
-
-    return UMT5Config(
-        vocab_size=cfg.vocab_size,
-        d_model=cfg.dim,
-        d_kv=cfg.head_dim,
-        d_ff=cfg.ffn_dim,
-        num_layers=cfg.num_layers,
-        num_heads=cfg.num_heads,
-        relative_attention_num_buckets=cfg.num_buckets,
-        relative_attention_max_distance=cfg.max_distance,
-        feed_forward_proj="gated-gelu",
-        layer_norm_epsilon=cfg.eps,
-        dropout_rate=0.0,
-        tie_word_embeddings=False,
-    )
+# transformers UMT5 config.json key -> TextEncoderConfig field
+_CONFIG_KEYS = {
+    "vocab_size": "vocab_size",
+    "d_model": "dim",
+    "d_ff": "ffn_dim",
+    "num_heads": "num_heads",
+    "d_kv": "head_dim",
+    "num_layers": "num_layers",
+    "relative_attention_num_buckets": "num_buckets",
+    "relative_attention_max_distance": "max_distance",
+    "layer_norm_epsilon": "eps",
+}
 
 
-def load_umt5(path: Path | None, cfg: TextEncoderConfig, dtype: torch.dtype, device) -> torch.nn.Module:
-    """The UMT5 encoder, from an official ``.pth``, a transformers folder, or random (None:
-    transformers' initialization, in ``dtype`` on ``device``).
+def config_from_json(path: Path) -> TextEncoderConfig:
+    """The encoder's config from a transformers UMT5 ``config.json`` (an absent key takes
+    ``TextEncoderConfig``'s default).
+
+    Raises:
+        InputError: unreadable, a non-integer size, or an FFN other than gated GELU.
+    """
+    raw = read_json(path)
+    ffn = raw.get("feed_forward_proj", "gated-gelu")
+    if ffn not in ("gated-gelu", "gated-gelu_new"):
+        raise InputError(path, f"feed_forward_proj {ffn!r}: only UMT5's gated-gelu is supported")
+    fields = {field: raw[key] for key, field in _CONFIG_KEYS.items() if key in raw}
+    for field, value in fields.items():
+        ok = isinstance(value, (int, float)) if field == "eps" else isinstance(value, int) and value > 0
+        if not ok or isinstance(value, bool):
+            raise InputError(path, f"{field} {value!r} is not a valid size")
+    return TextEncoderConfig(**fields)
+
+
+def transformers_config(cfg: TextEncoderConfig) -> dict:
+    """The transformers ``UMT5Config`` fields (as ``config.json`` holds them) of ``cfg``: what a
+    diffusers ``text_encoder/`` folder of this encoder says, for writing one."""
+    out = {key: getattr(cfg, field) for key, field in _CONFIG_KEYS.items()}
+    return out | {"model_type": "umt5", "feed_forward_proj": "gated-gelu", "dropout_rate": 0.0}
+
+
+def load_umt5(path: Path | None, cfg: TextEncoderConfig, dtype: torch.dtype, device) -> UMT5Encoder:
+    """The UMT5 encoder (``umt5.UMT5Encoder``), from an official ``.pth``, a transformers folder
+    (its ``config.json`` gives the sizes), or random (None: transformers' initialization scheme,
+    ``UMT5Encoder.init_weights``), in ``dtype`` on ``device``. Built on the meta device, so the
+    peak is the model's size.
 
     Raises:
         InputError: unreadable file, missing/unexpected keys or wrong shapes.
     """
-    from transformers import UMT5EncoderModel
-
     if path is not None and Path(path).is_dir():
         return _load_folder(Path(path), dtype, device)
-    if path is None:
-        # built on the meta device and initialized in ``dtype`` on ``device`` (transformers' own
-        # init scheme): the peak is the model's size, as a checkpoint's load is
-        with torch.device("meta"):
-            model = UMT5EncoderModel(umt5_config(cfg))
-        model = model.to(dtype).to_empty(device=device)
-        model.tie_weights()  # to_empty gives each name of the shared embedding its own tensor
-        model.apply(model._init_weights)
-        return model.eval().requires_grad_(False)
     with torch.device("meta"):
-        model = UMT5EncoderModel(umt5_config(cfg))
+        model = UMT5Encoder(cfg)
+    if path is None:
+        model = model.to(dtype).to_empty(device=device)
+        model.init_weights()
+        return model.eval().requires_grad_(False)
     state = {hf_key(k): v for k, v in read_pth(Path(path)).items()}
     assign_state_dict(model, state, Path(path), device, dtype_of=lambda name, p: dtype)
     return model.eval().requires_grad_(False)
 
 
-def _load_folder(folder: Path, dtype: torch.dtype, device) -> torch.nn.Module:
+# transformers saves the shared embedding under these names too (tied to ``shared.weight``)
+_EMBEDDING_ALIASES = ("encoder.embed_tokens.weight",)
+
+
+def _load_folder(folder: Path, dtype: torch.dtype, device) -> UMT5Encoder:
     """A transformers ``UMT5EncoderModel`` folder (``config.json``, ``model.safetensors`` or its
     shards), memory-mapped and assigned onto a meta-device model tensor by tensor: no copy of
-    the whole model is staged in host memory (``from_pretrained(...).to(device)`` stages one).
-    A tensor saved under a tied alias (``encoder.embed_tokens.weight`` for ``shared.weight``)
-    loads as its parameter."""
-    from transformers import UMT5Config, UMT5EncoderModel
-
-    read_json(folder / "config.json")  # a one-line InputError for a missing or malformed file
-    try:
-        config = UMT5Config.from_json_file(folder / "config.json")
-    except (OSError, ValueError, TypeError) as e:
-        raise InputError(folder / "config.json", f"not a UMT5 config ({e.__class__.__name__}: {e})") from None
+    the whole model is staged in host memory. The embedding saved under a tied alias
+    (``encoder.embed_tokens.weight``) loads as ``shared.weight``."""
+    cfg = config_from_json(folder / "config.json")
     with torch.device("meta"):
-        model = UMT5EncoderModel(config)
+        model = UMT5Encoder(cfg)
     tensors = read_safetensors(safetensors_files(folder, "model"))
-    canonical = {id(p): name for name, p in model.named_parameters()}
-    for alias, p in model.named_parameters(remove_duplicate=False):
-        name = canonical[id(p)]
-        if alias != name and alias in tensors:
-            tensors.setdefault(name, tensors[alias])
+    for alias in _EMBEDDING_ALIASES:
+        if alias in tensors:
+            tensors.setdefault("shared.weight", tensors[alias])
             del tensors[alias]
     assign_state_dict(model, tensors, folder, device, dtype_of=lambda name, p: dtype)
     return model.eval().requires_grad_(False)
@@ -172,8 +209,8 @@ class TextEncoder:
     """Prompts -> UMT5 states ``[B, text_len, dim]`` with padding positions zeroed.
 
     Args:
-        model: a ``UMT5EncoderModel``.
-        tokenizer: ``HFTokenizer`` or ``ByteTokenizer``.
+        model: a ``UMT5Encoder``.
+        tokenizer: ``CheckpointTokenizer`` or ``ByteTokenizer``.
         text_len: tokens per prompt (512 for Wan2.1).
     """
 
@@ -188,5 +225,5 @@ class TextEncoder:
         device = next(self.model.parameters()).device
         ids, mask = self.tokenizer([clean_prompt(p) for p in prompts], self.text_len)
         ids, mask = ids.to(device), mask.to(device)
-        states = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        states = self.model(ids, mask)
         return states * mask[..., None].to(states.dtype)

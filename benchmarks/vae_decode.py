@@ -3,8 +3,9 @@
 Decodes the latents of a 1.3B 832x480x81 request ([1, 16, 21, 60, 104], standard normal: a
 DiT's output is normalized the same way) with diffusers' ``AutoencoderKLWan`` through
 ``wanscope.wan.vae.decode``, random weights (labelled so), in each variant: fp32 as the official
-code and the engine's exact mode decode; fp32 with ``cudnn.benchmark``; fp32 channels-last 3D;
-bf16 as the engine's fast mode decodes; bf16 channels-last, with and without ``cudnn.benchmark``.
+code decodes; fp32 with ``cudnn.benchmark``; fp32 channels-last 3D (``vae.channels_last``) as the
+engine's exact mode decodes on CUDA; bf16; bf16 channels-last as the fast mode decodes, and with
+``cudnn.benchmark``.
 ``first_s`` is the first decode of the full shape (after a small one has started cuDNN): the
 engine decodes once per process, so that is the time it pays; ``median_s`` the later ones. Each
 variant's video is compared with the fp32 one: PSNR over [-1, 1] (peak-to-peak 2), the largest absolute difference, and the share of uint8
@@ -32,6 +33,7 @@ from _common import sync, version, write_result
 
 from wanscope.wan.config import get_preset
 from wanscope.wan.pipeline import latent_shape, to_frames
+from wanscope.wan.vae import channels_last as to_channels_last
 from wanscope.wan.vae import decode, load_vae
 
 VARIANTS = {
@@ -67,10 +69,11 @@ def main() -> None:
         torch.backends.cudnn.benchmark = benchmark
         vae = torch.nn.Module.to(base, dtype)  # not ModelMixin.to: it logs on every cast
         vae.load_state_dict(state)  # the same weights, rounded to ``dtype``
-        for m in vae.modules():
+        for m in vae.modules():  # the previous variant's layout undone
             if isinstance(m, torch.nn.Conv3d):
-                fmt = torch.channels_last_3d if channels_last else torch.contiguous_format
-                m.weight.data = m.weight.data.contiguous(memory_format=fmt)
+                m.weight.data = m.weight.data.contiguous()
+        if channels_last:
+            to_channels_last(vae)  # as the engine does on CUDA
         times = []
         for _ in range(args.repeats + 1):  # the first: cuDNN's choices, allocator growth
             sync(device)

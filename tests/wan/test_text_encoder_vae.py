@@ -21,7 +21,7 @@ from wanscope.wan.text_encoder import (
     load_umt5,
     transformers_config,
 )
-from wanscope.wan.vae import decode, load_vae
+from wanscope.wan.vae import channels_last, decode, load_vae
 
 TE = PRESETS["tiny"].text_encoder
 
@@ -186,4 +186,9 @@ def test_official_vae_layout_matches_official_decoder(official, tmp_path):
     ours = decode(vae, latents, cfg)
     assert ours.shape == theirs.shape == (1, 3, 5, 32, 48)
     err = rel_max_err(ours, theirs)
+    assert err <= 1e-5, err
+    # the engine's layout on CUDA: the same decode with the 3-D convolutions channels-last
+    convs = [m for m in channels_last(vae).modules() if isinstance(m, torch.nn.Conv3d)]
+    assert convs and all(m.weight.is_contiguous(memory_format=torch.channels_last_3d) for m in convs)
+    err = rel_max_err(decode(vae, latents, cfg), theirs)
     assert err <= 1e-5, err

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -34,6 +35,7 @@ from wanscope.wan.dit import WanDiT, resolve_kernels
 from wanscope.wan.precision import FastConfig, apply_fast_mode
 from wanscope.wan.sampler import SOLVERS, FlowSampler, flow_schedule
 from wanscope.wan.timing import StageTimes, StepTimes
+from wanscope.wan.vae import prefetch as vae_prefetch
 
 # per-step hook: (step index, latents after the step) -> None
 StepCallback = Callable[[int, torch.Tensor], None]
@@ -165,12 +167,15 @@ class Components:
         return torch.bfloat16 if self.fast is not None and self.device.type == "cuda" else torch.float32
 
     def vae(self):
-        from wanscope.wan.vae import load_vae
+        """The VAE in ``vae_dtype``; on CUDA with its convolutions channels-last (``vae.channels_last``)."""
+        from wanscope.wan.vae import channels_last, load_vae
 
         if self.random_weights:
             torch.manual_seed(0)
-            return load_vae(None, self.config.vae, self.vae_dtype, self.device)
-        return load_vae(self._layout().vae, self.config.vae, self.vae_dtype, self.device)
+            vae = load_vae(None, self.config.vae, self.vae_dtype, self.device)
+        else:
+            vae = load_vae(self._layout().vae, self.config.vae, self.vae_dtype, self.device)
+        return channels_last(vae) if self.device.type == "cuda" else vae
 
     def _layout(self):
         from wanscope.wan.weights import detect_layout
@@ -353,8 +358,14 @@ def generate(
     stage = StageTimes(device)
     steps = StepTimes(device)
 
+    # the VAE's import runs beside the steps after the first (whose kernel compilation is
+    # Python too): torch's and Triton's launches release the GIL
+    vae_import = threading.Thread(target=vae_prefetch, name="wanscope-vae-import", daemon=True)
+
     def step_done(i: int, latents: torch.Tensor) -> None:
         steps.mark()
+        if i == 0 and (parallel is None or parallel.is_main):
+            vae_import.start()
         if on_step is not None:
             on_step(i, latents)
 
@@ -386,6 +397,8 @@ def generate(
     from wanscope.wan.vae import decode
 
     with stage("vae_load"):
+        if vae_import.ident is not None:
+            vae_import.join()
         vae = parts.vae()
     with stage("vae_decode"):
         video = decode(vae, latents, config.vae)  # [1, 3, F, H, W] in [-1, 1]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gc
 import math
-import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -35,7 +34,6 @@ from wanscope.wan.dit import WanDiT, resolve_kernels
 from wanscope.wan.precision import FastConfig, apply_fast_mode
 from wanscope.wan.sampler import SOLVERS, FlowSampler, flow_schedule
 from wanscope.wan.timing import StageTimes, StepTimes
-from wanscope.wan.vae import prefetch as vae_prefetch
 
 # per-step hook: (step index, latents after the step) -> None
 StepCallback = Callable[[int, torch.Tensor], None]
@@ -358,14 +356,8 @@ def generate(
     stage = StageTimes(device)
     steps = StepTimes(device)
 
-    # the VAE's import runs beside the steps after the first (whose kernel compilation is
-    # Python too): torch's and Triton's launches release the GIL
-    vae_import = threading.Thread(target=vae_prefetch, name="wanscope-vae-import", daemon=True)
-
     def step_done(i: int, latents: torch.Tensor) -> None:
         steps.mark()
-        if i == 0 and (parallel is None or parallel.is_main):
-            vae_import.start()
         if on_step is not None:
             on_step(i, latents)
 
@@ -397,8 +389,6 @@ def generate(
     from wanscope.wan.vae import decode
 
     with stage("vae_load"):
-        if vae_import.ident is not None:
-            vae_import.join()
         vae = parts.vae()
     with stage("vae_decode"):
         video = decode(vae, latents, config.vae)  # [1, 3, F, H, W] in [-1, 1]

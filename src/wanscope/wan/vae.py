@@ -63,16 +63,6 @@ def load_vae(path: Path | None, cfg: VAEConfig, dtype: torch.dtype, device) -> t
 
 
 @torch.no_grad()
-def prefetch() -> None:
-    """Import diffusers' ``AutoencoderKLWan`` (seconds of Python), so that a ``load_vae`` after it
-    does not wait for the import; for a thread of its own while the GPU works. A failed import
-    is left to ``load_vae`` to report."""
-    try:
-        from diffusers import AutoencoderKLWan  # noqa: F401
-    except ImportError:
-        pass
-
-
 def channels_last(vae: torch.nn.Module) -> torch.nn.Module:
     """The 3-D convolutions' weights in channels-last order (``torch.channels_last_3d``), in place:
     cuDNN then runs the decode in NDHWC (its speed and difference against the default layout:

@@ -33,6 +33,12 @@ TEXT_LEN = 16
 LATENT_SHAPE = (1, 16, 3, 8, 12)  # [B, C, F, H, W]
 
 
+def rel_l2(ours, theirs) -> float:
+    """||ours - theirs|| / ||theirs|| in float64."""
+    ours, theirs = ours.double(), theirs.double()
+    return ((ours - theirs).norm() / theirs.norm()).item()
+
+
 def rel_max_err(ours, theirs) -> float:
     """max |ours - theirs| / max |theirs| in float64."""
     ours, theirs = ours.double(), theirs.double()

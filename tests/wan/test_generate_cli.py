@@ -19,11 +19,31 @@ from cli_context import run_main
 from shared_fixtures import HANG_S
 from wan_helpers import write_diffusers_checkpoint, write_official_dit
 
+from wanscope.wan.attention import AttentionBackend, resolve_backend
+
 TINY = ["generate", "--preset", "tiny", "--prompt", "a red fox in the snow"]
 
 
 def wanscope(*args, cwd=None):
     return run_main(*args, cwd=cwd)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+def test_generate_off_hopper_runs_sdpa_and_the_triton_kernels(tmp_path, mode):
+    """The engine with our Hopper attention's dispatch off (what a GPU other than sm_90 runs)."""
+    out = tmp_path / "x.mp4"
+    args = ["--random-weights", "--size", "64x64", "--frames", "5", "--steps", "2", "--device", "cuda"]
+    r = wanscope(*TINY, *args, "--attention", "sdpa", "--mode", mode, "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    info = json.loads(out.with_suffix(".json").read_text())
+    assert (info["attention"], info["attention_ran"], info["kernels_ran"], info["mode"]) == (
+        "sdpa",
+        "sdpa",
+        "triton",
+        mode,
+    )
+    assert (info["fast"] is None) == (mode == "exact")
 
 
 def test_generate_random_weights_writes_decodable_mp4(tmp_path):
@@ -43,7 +63,9 @@ def test_generate_random_weights_writes_decodable_mp4(tmp_path):
     assert (info["frames"], info["height"], info["width"], info["steps"]) == (5, 64, 64, 2)
     # 2 x 4 x 4 = 32 DiT tokens: --cfg auto batches cond and uncond
     assert (info["tokens"], info["cfg"], info["cfg_auto"]) == (32, "batched", True)
-    assert (info["attention"], info["attention_ran"]) == ("auto", "sdpa")  # auto off CUDA: PyTorch's SDPA
+    # auto: PyTorch's SDPA off CUDA, our Hopper kernel where it runs
+    auto = resolve_backend(AttentionBackend.AUTO, torch.device(info["device"]), torch.bfloat16, 32).value
+    assert (info["attention"], info["attention_ran"]) == ("auto", auto)
     assert (info["kernels"], info["kernels_ran"]) == ("auto", "torch" if not torch.cuda.is_available() else "triton")
     assert (info["mode"], info["fast"]) == ("exact", None)
     if not torch.cuda.is_available():

@@ -73,9 +73,10 @@ def _official_module(name: str):
     if f"{pkg}.{name}" in sys.modules:
         return sys.modules[f"{pkg}.{name}"]
     spec = importlib.util.find_spec("wan")
-    if spec is None:
+    # without wan22, "wan" can still resolve: to this folder, as a namespace package
+    root = Path(spec.submodule_search_locations[0]) / "modules" if spec is not None else None
+    if root is None or not (root / f"{name}.py").is_file():
         pytest.skip("the official code (pip install --no-deps wan22) is not installed")
-    root = Path(spec.submodule_search_locations[0]) / "modules"
     if pkg not in sys.modules:
         package = types.ModuleType(pkg)
         package.__path__ = []

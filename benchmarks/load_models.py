@@ -4,7 +4,8 @@ In one fresh process per model (so that each pays its own imports, as ``generate
 text encoder, the DiT and the VAE are built as ``generate --random-weights`` builds them
 (``Components``), phase by phase: the imports, the model on the meta device, ``to_empty`` on
 the GPU, the initialization. With ``--checkpoint`` each is loaded from it instead
-(``Components`` with the checkpoint: reading and assigning the tensors). Reported per model:
+(``Components`` with the checkpoint: reading and assigning the tensors; ``write_checkpoint.py``
+writes one of the real sizes with random values). Reported per model:
 the phases' wall times (s, device synchronized), PyTorch's peak allocation and the process's
 peak RSS (``ru_maxrss``).
 

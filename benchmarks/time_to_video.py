@@ -12,8 +12,9 @@ levers of issue 26 reduce.
 Per source tree and mode, a cold run (fresh ``TRITON_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR`` and
 ``CUDA_CACHE_PATH``: every kernel compiles) comes first, then a warm run on those caches. With
 ``--checkpoint`` the files are evicted from the page cache (``posix_fadvise(DONTNEED)``) before
-each ``--cold-disk`` run. Without one, the models are random (``--random-weights``) and every
-output says so.
+each ``--cold-disk`` run (``benchmarks/write_checkpoint.py`` writes a folder of the real sizes,
+either layout, with random values). Without one, the models are random (``--random-weights``)
+and every output says so.
 
     python benchmarks/time_to_video.py --out benchmarks/results                     # 1.3B 480p, 50 steps
     python benchmarks/time_to_video.py --src base=/tmp/base/src --src this=src --steps 8 --out /tmp/r

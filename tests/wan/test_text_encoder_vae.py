@@ -19,6 +19,7 @@ from wanscope.wan.text_encoder import (
     TextEncoder,
     config_from_json,
     load_umt5,
+    official_t5_key,
     transformers_config,
 )
 from wanscope.wan.vae import channels_last, decode, load_vae
@@ -61,6 +62,8 @@ def test_official_t5_layout_matches_official_encoder(official_t5):
     assert ours.shape == (2, 24, TE.dim)
     assert torch.count_nonzero(ours[0, 10:]) == 0  # 9 bytes + EOS, then zeroed padding
     assert torch.count_nonzero(ours[0, :10].abs().sum(-1)) == 10
+    # the inverse naming (for writing the official layout) gives the official module's names
+    assert {official_t5_key(k) for k in encoder.model.state_dict()} == set(t5.state_dict())
 
 
 def _transformers_umt5(model):

@@ -21,27 +21,49 @@ from wanscope.wan.config import TextEncoderConfig
 from wanscope.wan.umt5 import UMT5Encoder
 from wanscope.wan.weights import assign_state_dict, read_json, read_pth, read_safetensors, safetensors_files
 
-# official t5.py T5Encoder key -> transformers UMT5EncoderModel key (ours: umt5.py) (our table from both layouts;
-# the official FFN is fc1(x) * gelu(gate(x)), transformers' is wi_1(x) * gelu(wi_0(x))).
-_OFFICIAL_TO_HF = [
-    (r"^token_embedding\.", "shared."),
-    (r"^blocks\.(\d+)\.norm1\.", r"encoder.block.\1.layer.0.layer_norm."),
-    (r"^blocks\.(\d+)\.attn\.([qkvo])\.", r"encoder.block.\1.layer.0.SelfAttention.\2."),
-    (r"^blocks\.(\d+)\.pos_embedding\.embedding\.", r"encoder.block.\1.layer.0.SelfAttention.relative_attention_bias."),
-    (r"^blocks\.(\d+)\.norm2\.", r"encoder.block.\1.layer.1.layer_norm."),
-    (r"^blocks\.(\d+)\.ffn\.gate\.0\.", r"encoder.block.\1.layer.1.DenseReluDense.wi_0."),
-    (r"^blocks\.(\d+)\.ffn\.fc1\.", r"encoder.block.\1.layer.1.DenseReluDense.wi_1."),
-    (r"^blocks\.(\d+)\.ffn\.fc2\.", r"encoder.block.\1.layer.1.DenseReluDense.wo."),
-    (r"^norm\.", "encoder.final_layer_norm."),
+# official t5.py T5Encoder key prefix <-> transformers UMT5EncoderModel key prefix (ours:
+# umt5.py); {n} a block index, {p} one of q, k, v, o. Our table from both layouts; the official
+# FFN is fc1(x) * gelu(gate(x)), transformers' wi_1(x) * gelu(wi_0(x)).
+_KEYS = [
+    ("token_embedding.", "shared."),
+    ("blocks.{n}.norm1.", "encoder.block.{n}.layer.0.layer_norm."),
+    ("blocks.{n}.attn.{p}.", "encoder.block.{n}.layer.0.SelfAttention.{p}."),
+    ("blocks.{n}.pos_embedding.embedding.", "encoder.block.{n}.layer.0.SelfAttention.relative_attention_bias."),
+    ("blocks.{n}.norm2.", "encoder.block.{n}.layer.1.layer_norm."),
+    ("blocks.{n}.ffn.gate.0.", "encoder.block.{n}.layer.1.DenseReluDense.wi_0."),
+    ("blocks.{n}.ffn.fc1.", "encoder.block.{n}.layer.1.DenseReluDense.wi_1."),
+    ("blocks.{n}.ffn.fc2.", "encoder.block.{n}.layer.1.DenseReluDense.wo."),
+    ("norm.", "encoder.final_layer_norm."),
 ]
-_RULES = [(re.compile(p), r) for p, r in _OFFICIAL_TO_HF]
+_FIELDS = {"n": r"(?P<n>\d+)", "p": r"(?P<p>[qkvo])"}
+
+
+def _pattern(template: str) -> re.Pattern:
+    parts = re.split(r"\{(\w)\}", template)  # literal, field, literal, ...
+    return re.compile("^" + "".join(re.escape(t) if i % 2 == 0 else _FIELDS[t] for i, t in enumerate(parts)))
+
+
+_TO_HF = [(_pattern(o), h) for o, h in _KEYS]
+_TO_OFFICIAL = [(_pattern(h), o) for o, h in _KEYS]
+
+
+def _rename(key: str, rules) -> str:
+    for pattern, template in rules:
+        m = pattern.match(key)
+        if m:
+            return template.format(**m.groupdict()) + key[m.end() :]
+    return key
 
 
 def hf_key(official_key: str) -> str:
     """The transformers ``UMT5EncoderModel`` name of an official T5 encoder parameter."""
-    for pattern, repl in _RULES:
-        official_key = pattern.sub(repl, official_key)
-    return official_key
+    return _rename(official_key, _TO_HF)
+
+
+def official_t5_key(hf_name: str) -> str:
+    """The official ``t5.py`` ``T5Encoder`` name of a transformers (and our) parameter: the
+    inverse of ``hf_key``, for writing official-layout files."""
+    return _rename(hf_name, _TO_OFFICIAL)
 
 
 def clean_prompt(text: str) -> str:

@@ -44,6 +44,7 @@ def test_generate_off_hopper_runs_sdpa_and_the_triton_kernels(tmp_path, mode):
         mode,
     )
     assert (info["fast"] is None) == (mode == "exact")
+    assert info["vae_dtype"] == ("bf16" if mode == "fast" else "fp32")
 
 
 def test_generate_random_weights_writes_decodable_mp4(tmp_path):
@@ -67,7 +68,7 @@ def test_generate_random_weights_writes_decodable_mp4(tmp_path):
     auto = resolve_backend(AttentionBackend.AUTO, torch.device(info["device"]), torch.bfloat16, 32).value
     assert (info["attention"], info["attention_ran"]) == ("auto", auto)
     assert (info["kernels"], info["kernels_ran"]) == ("auto", "torch" if not torch.cuda.is_available() else "triton")
-    assert (info["mode"], info["fast"]) == ("exact", None)
+    assert (info["mode"], info["fast"], info["vae_dtype"]) == ("exact", None, "fp32")
     if not torch.cuda.is_available():
         assert info["peak_memory_bytes"] == {"text_encoding": None, "denoising": None, "vae_decode": None}
     stages = info["stage_s"]

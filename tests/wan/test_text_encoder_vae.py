@@ -93,17 +93,47 @@ def test_encoder_matches_transformers_umt5_and_loads_its_folder(official_t5, tmp
         assert torch.equal(again(ids, mask), ours)
 
 
-def test_folder_config_is_read_and_checked(tmp_path):
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"feed_forward_proj": "relu"}, r"feed_forward_proj 'relu'"),
+        ({"d_model": "32"}, r"dim '32': expected a positive integer"),
+        ({"num_heads": -4}, r"num_heads -4: expected a positive integer"),
+        ({"layer_norm_epsilon": -1.0}, r"eps -1.0: expected a positive finite number"),
+        ({"relative_attention_num_buckets": 2}, r"num_buckets 2 and max_distance 128"),
+        ({"relative_attention_max_distance": 8}, r"num_buckets 32 and max_distance 8"),
+        ({"d_model": None}, r"config lacks d_model"),
+    ],
+)
+def test_folder_config_is_read_and_checked(tmp_path, change, message):
     good = tmp_path / "config.json"
     good.write_text(json.dumps(transformers_config(TE)))
     assert config_from_json(good) == TE
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps(transformers_config(TE) | {"feed_forward_proj": "relu"}))
-    with pytest.raises(InputError, match=r"bad\.json: feed_forward_proj 'relu'"):
+    config = {k: v for k, v in (transformers_config(TE) | change).items() if v is not None}
+    bad.write_text(json.dumps(config))
+    with pytest.raises(InputError, match=r"bad\.json: " + message):
         config_from_json(bad)
-    bad.write_text(json.dumps(transformers_config(TE) | {"d_model": "32"}))
-    with pytest.raises(InputError, match=r"bad\.json: dim '32' is not a valid size"):
-        config_from_json(bad)
+
+
+def test_folder_whose_config_and_weights_disagree_on_the_block_count(official_t5, tmp_path):
+    _, path = official_t5
+    _transformers_umt5(load_umt5(path, TE, torch.float32, "cpu")).save_pretrained(tmp_path / "te")
+    config = json.loads((tmp_path / "te" / "config.json").read_text())
+    (tmp_path / "te" / "config.json").write_text(json.dumps(config | {"num_layers": 10**9}))
+    with pytest.raises(InputError, match=r"te: config\.json says num_layers 1000000000, the weights hold 2 blocks"):
+        load_umt5(tmp_path / "te", TE, torch.float32, "cpu")
+
+
+def test_a_prompt_of_padding_alone_stays_finite_in_bf16():
+    torch.manual_seed(0)
+    model = load_umt5(None, TE, torch.bfloat16, "cpu")
+    ids = torch.zeros(2, 12, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    mask[1, :3] = 1
+    with torch.no_grad():
+        out = model(ids, mask)
+    assert torch.isfinite(out).all()
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +175,7 @@ def test_tokenizer_folder_errors_name_the_file(tmp_path):
         CheckpointTokenizer(bad)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(InputError, match=r"empty: no loadable tokenizer"):
+    with pytest.raises(InputError, match=r"empty: no tokenizer\.json, and no loadable tokenizer"):
         CheckpointTokenizer(empty)
 
 

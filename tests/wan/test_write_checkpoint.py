@@ -107,3 +107,18 @@ def test_shards_with_an_index_when_over_the_limit(tmp_path, monkeypatch):
     ]
     back = read_safetensors(safetensors_files(tmp_path, "model"))
     assert back.keys() == tensors.keys() and all(torch.equal(back[k], tensors[k]) for k in tensors)
+
+
+def test_a_tokenizer_larger_than_the_embedding_is_an_input_error(folders, tmp_path):
+    import shutil
+
+    from tokenizers import Tokenizer, models
+
+    from wanscope.errors import InputError
+
+    folder = tmp_path / "ckpt"
+    shutil.copytree(folders["diffusers"], folder)
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2} | {f"w{i}": i + 3 for i in range(TINY.text_encoder.vocab_size)}
+    Tokenizer(models.WordLevel(vocab, unk_token="<unk>")).save(str(folder / "tokenizer" / "tokenizer.json"))
+    with pytest.raises(InputError, match=r"tokenizer: the tokenizer has 387 tokens, the text encoder's embedding 384"):
+        _parts(folder).text_encoder()

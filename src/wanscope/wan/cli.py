@@ -176,6 +176,7 @@ def _generate(out, save_latents, fast_spec, **engine):
         "world_size": 1 if ctx is None else ctx.world_size,
         "device": str(device),
         "dtype": opts.dtype,
+        "vae_dtype": next(name for name, t in DTYPES.items() if t == parts.vae_dtype),
         "torch": torch.__version__,
         "elapsed_s": round(elapsed_s, 3),
         "peak_memory_bytes": result.peak_memory_bytes,

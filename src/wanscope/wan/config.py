@@ -115,6 +115,28 @@ class TextEncoderConfig:
     max_distance: int = 128
     eps: float = 1e-6
 
+    def __post_init__(self):
+        for name in (
+            "vocab_size",
+            "dim",
+            "ffn_dim",
+            "num_heads",
+            "head_dim",
+            "num_layers",
+            "num_buckets",
+            "max_distance",
+        ):
+            check_positive_int(name, getattr(self, name))
+        # T5's buckets: half per direction, a quarter of them exact (umt5.position_buckets)
+        if self.num_buckets < 4 or self.num_buckets % 2 or self.max_distance <= self.num_buckets // 4:
+            raise UsageError(
+                f"num_buckets {self.num_buckets} and max_distance {self.max_distance}: need an even "
+                "num_buckets >= 4 and max_distance > num_buckets / 4"
+            )
+        eps = self.eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+            raise UsageError(f"eps {eps!r}: expected a positive finite number")
+
 
 @dataclass(frozen=True)
 class VAEConfig:

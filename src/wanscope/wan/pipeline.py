@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from wanscope.errors import UsageError
+from wanscope.errors import InputError, UsageError
 from wanscope.parallel.cfg import cfg_velocity
 from wanscope.parallel.group import ParallelContext
 from wanscope.parallel.plan import check_cfg_parallel
@@ -138,8 +138,14 @@ class Components:
             torch.manual_seed(0)
             return TextEncoder(load_umt5(None, te_cfg, self.dtype, self.device), ByteTokenizer(), text_len)
         layout = self._layout()
+        tokenizer = CheckpointTokenizer(layout.tokenizer)  # its errors before the model's load
         model = load_umt5(layout.text_encoder, te_cfg, self.dtype, self.device)
-        return TextEncoder(model, CheckpointTokenizer(layout.tokenizer), text_len)
+        if tokenizer.vocab_size > model.cfg.vocab_size:
+            raise InputError(
+                layout.tokenizer,
+                f"the tokenizer has {tokenizer.vocab_size} tokens, the text encoder's embedding {model.cfg.vocab_size}",
+            )
+        return TextEncoder(model, tokenizer, text_len)
 
     def dit(self) -> WanDiT:
         from wanscope.wan.weights import load_dit
@@ -160,9 +166,10 @@ class Components:
 
     @property
     def vae_dtype(self) -> torch.dtype:
-        """fp32 whatever the DiT dtype, as the official Wan2_1_VAE; bf16 in the fast mode on
-        CUDA (its decode's PSNR against fp32 and its speed: benchmarks/vae_decode.py)."""
-        return torch.bfloat16 if self.fast is not None and self.device.type == "cuda" else torch.float32
+        """fp32, as the official Wan2_1_VAE; bf16 in the fast mode with a bf16 DiT on CUDA (its
+        decode's PSNR against fp32 and its speed: benchmarks/vae_decode.py)."""
+        fast = self.fast is not None and self.device.type == "cuda" and self.dtype == torch.bfloat16
+        return torch.bfloat16 if fast else torch.float32
 
     def vae(self):
         """The VAE in ``vae_dtype``; on CUDA with its convolutions channels-last (``vae.channels_last``)."""

@@ -16,10 +16,17 @@ from pathlib import Path
 
 import torch
 
-from wanscope.errors import InputError
+from wanscope.errors import InputError, UsageError
 from wanscope.wan.config import TextEncoderConfig
 from wanscope.wan.umt5 import UMT5Encoder
-from wanscope.wan.weights import assign_state_dict, read_json, read_pth, read_safetensors, safetensors_files
+from wanscope.wan.weights import (
+    assign_state_dict,
+    read_json,
+    read_pth,
+    read_safetensors,
+    read_shapes,
+    safetensors_files,
+)
 
 # official t5.py T5Encoder key prefix <-> transformers UMT5EncoderModel key prefix (ours:
 # umt5.py); {n} a block index, {p} one of q, k, v, o. Our table from both layouts; the official
@@ -103,7 +110,6 @@ class CheckpointTokenizer:
     """
 
     def __init__(self, folder: Path):
-        self.folder = folder
         self.tokenizer = self.hf = None
         if (folder / "tokenizer.json").is_file():
             from tokenizers import Tokenizer
@@ -121,8 +127,16 @@ class CheckpointTokenizer:
 
         try:
             self.hf = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-        except (OSError, ValueError) as e:
-            raise InputError(folder, f"no loadable tokenizer ({e.__class__.__name__})") from None
+        except (OSError, ValueError, ImportError) as e:
+            detail = (str(e).splitlines() or [""])[0][:120]
+            raise InputError(
+                folder, f"no tokenizer.json, and no loadable tokenizer ({e.__class__.__name__}: {detail})"
+            ) from None
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids run from 0 to this, exclusive."""
+        return self.tokenizer.get_vocab_size() if self.tokenizer is not None else len(self.hf)
 
     def __call__(self, texts: list[str], length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids int64 [B, length], mask int64 [B, length]: 1 for tokens, 0 for padding)."""
@@ -144,7 +158,7 @@ class CheckpointTokenizer:
         return ids, mask
 
 
-# transformers UMT5 config.json key -> TextEncoderConfig field
+# transformers UMT5 config.json key -> TextEncoderConfig field (the sizes first: required)
 _CONFIG_KEYS = {
     "vocab_size": "vocab_size",
     "d_model": "dim",
@@ -156,25 +170,29 @@ _CONFIG_KEYS = {
     "relative_attention_max_distance": "max_distance",
     "layer_norm_epsilon": "eps",
 }
+_REQUIRED_KEYS = list(_CONFIG_KEYS)[:6]
 
 
 def config_from_json(path: Path) -> TextEncoderConfig:
-    """The encoder's config from a transformers UMT5 ``config.json`` (an absent key takes
-    ``TextEncoderConfig``'s default).
+    """The encoder's config from a transformers UMT5 ``config.json``: the sizes are required, the
+    relative-position settings and the norm's epsilon take ``TextEncoderConfig``'s defaults
+    (transformers' too) when absent.
 
     Raises:
-        InputError: unreadable, a non-integer size, or an FFN other than gated GELU.
+        InputError: unreadable, a size missing, a value out of range, or an FFN other than gated
+            GELU.
     """
     raw = read_json(path)
     ffn = raw.get("feed_forward_proj", "gated-gelu")
     if ffn not in ("gated-gelu", "gated-gelu_new"):
         raise InputError(path, f"feed_forward_proj {ffn!r}: only UMT5's gated-gelu is supported")
-    fields = {field: raw[key] for key, field in _CONFIG_KEYS.items() if key in raw}
-    for field, value in fields.items():
-        ok = isinstance(value, (int, float)) if field == "eps" else isinstance(value, int) and value > 0
-        if not ok or isinstance(value, bool):
-            raise InputError(path, f"{field} {value!r} is not a valid size")
-    return TextEncoderConfig(**fields)
+    missing = [key for key in _REQUIRED_KEYS if key not in raw]
+    if missing:
+        raise InputError(path, f"config lacks {', '.join(missing)}")
+    try:
+        return TextEncoderConfig(**{field: raw[key] for key, field in _CONFIG_KEYS.items() if key in raw})
+    except UsageError as e:
+        raise InputError(path, str(e)) from None
 
 
 def transformers_config(cfg: TextEncoderConfig) -> dict:
@@ -206,8 +224,8 @@ def load_umt5(path: Path | None, cfg: TextEncoderConfig, dtype: torch.dtype, dev
     return model.eval().requires_grad_(False)
 
 
-# transformers saves the shared embedding under these names too (tied to ``shared.weight``)
-_EMBEDDING_ALIASES = ("encoder.embed_tokens.weight",)
+# transformers saves the shared embedding under this name too (tied to ``shared.weight``)
+_EMBEDDING_ALIAS = "encoder.embed_tokens.weight"
 
 
 def _load_folder(folder: Path, dtype: torch.dtype, device) -> UMT5Encoder:
@@ -216,13 +234,17 @@ def _load_folder(folder: Path, dtype: torch.dtype, device) -> UMT5Encoder:
     the whole model is staged in host memory. The embedding saved under a tied alias
     (``encoder.embed_tokens.weight``) loads as ``shared.weight``."""
     cfg = config_from_json(folder / "config.json")
+    files = safetensors_files(folder, "model")
+    # the block count from the headers before anything is built (a config can say anything)
+    blocks = {int(m.group(1)) for k in read_shapes(files) if (m := re.match(r"encoder\.block\.(\d+)\.", k))}
+    if len(blocks) != cfg.num_layers:
+        raise InputError(folder, f"config.json says num_layers {cfg.num_layers}, the weights hold {len(blocks)} blocks")
     with torch.device("meta"):
         model = UMT5Encoder(cfg)
-    tensors = read_safetensors(safetensors_files(folder, "model"))
-    for alias in _EMBEDDING_ALIASES:
-        if alias in tensors:
-            tensors.setdefault("shared.weight", tensors[alias])
-            del tensors[alias]
+    tensors = read_safetensors(files)
+    if _EMBEDDING_ALIAS in tensors:
+        tensors.setdefault("shared.weight", tensors[_EMBEDDING_ALIAS])
+        del tensors[_EMBEDDING_ALIAS]
     assign_state_dict(model, tensors, folder, device, dtype_of=lambda name, p: dtype)
     return model.eval().requires_grad_(False)
 

@@ -64,8 +64,9 @@ def position_buckets(length: int, num_buckets: int, max_distance: int, device) -
 class SelfAttention(nn.Module):
     """Multi-head self-attention with a learned relative-position bias per head.
 
-    Args of ``forward``: x [B, L, dim]; mask_bias [B, 1, 1, L] additive (0 or the dtype's
+    Args of ``forward``: x [B, L, dim]; mask_bias fp32 [B, 1, 1, L] additive (0, or fp32's
     minimum at padding keys); buckets int64 [L, L] (``position_buckets``). Returns [B, L, dim].
+    The scores, bias and mask are added and softmaxed in fp32.
     """
 
     def __init__(self, cfg: TextEncoderConfig):
@@ -83,10 +84,10 @@ class SelfAttention(nn.Module):
         q, k, v = (
             proj(x).view(b, length, self.num_heads, self.head_dim).transpose(1, 2) for proj in (self.q, self.k, self.v)
         )
-        scores = q @ k.transpose(-1, -2)  # [B, H, L, L], unscaled
+        scores = (q @ k.transpose(-1, -2)).float()  # [B, H, L, L], unscaled
         bias = self.relative_attention_bias(buckets).permute(2, 0, 1)[None]  # [1, H, L, L]
-        scores = scores + (bias + mask_bias).to(scores.dtype)
-        weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)
+        # in fp32: the mask's minimum stays finite, so a row with every key masked is uniform
+        weights = torch.softmax(scores + bias.float() + mask_bias, dim=-1).to(v.dtype)
         out = (weights @ v).transpose(1, 2).reshape(b, length, -1)
         return self.o(out)
 

@@ -62,7 +62,6 @@ def load_vae(path: Path | None, cfg: VAEConfig, dtype: torch.dtype, device) -> t
     return vae.eval().requires_grad_(False)
 
 
-@torch.no_grad()
 def channels_last(vae: torch.nn.Module) -> torch.nn.Module:
     """The 3-D convolutions' weights in channels-last order (``torch.channels_last_3d``), in place:
     cuDNN then runs the decode in NDHWC (its speed and difference against the default layout:
@@ -73,6 +72,7 @@ def channels_last(vae: torch.nn.Module) -> torch.nn.Module:
     return vae
 
 
+@torch.no_grad()
 def decode(vae: torch.nn.Module, latents: torch.Tensor, cfg: VAEConfig) -> torch.Tensor:
     """Normalized DiT latents -> video.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import subprocess
 
 import click
@@ -36,3 +37,10 @@ def run_main(*args, cwd: str | os.PathLike | None = None) -> subprocess.Complete
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else 1
     return subprocess.CompletedProcess(["wanscope", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
+def sigint_default() -> None:
+    """``preexec_fn`` for a child that a test interrupts: SIGINT back to its default, which a
+    runner started with ``nohup`` (or anything else that ignores it) would otherwise pass down,
+    so that the child's Python installs its KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -18,6 +18,18 @@ STEPS = 4
 
 
 def record(path, extra_matmul: bool):
+    """One thread for the ops, so that on a loaded machine every op slows alike and the extra
+    matmul stays far the largest change (with a pool, a descheduled worker can stall a small op
+    for longer than one matmul takes)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _record(path, extra_matmul)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _record(path, extra_matmul: bool):
     x, w = torch.randn(1024, 1024), torch.randn(1024, 1024)
     schedule = torch.profiler.schedule(wait=1, warmup=1, active=STEPS)
     with torch.profiler.profile(

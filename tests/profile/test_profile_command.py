@@ -19,7 +19,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cli_context import run_main
+from cli_context import run_main, sigint_default
+from shared_fixtures import HANG_S
 
 # The user's own sitecustomize: it must still run under ours, and it hides wanscope from the
 # profiled program (only there: WANSCOPE_PROFILE is set in the program's environment alone).
@@ -487,14 +488,21 @@ def test_ctrl_c_stops_the_program_and_leaves_no_half_written_file(tmp_path):
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "wanscope", "profile", "--out", str(out), "--profile-steps", "100000"]
     proc = subprocess.Popen(
-        [*argv, "--", sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*argv, "--", sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=sigint_default,
     )
-    for line in proc.stdout:
-        if line == "in the window\n":
-            proc.send_signal(signal.SIGINT)  # to wanscope alone: it passes it on to the program
-            break
-    err = proc.stderr.read()
-    assert proc.wait() == 130 and err.splitlines()[-1] == "wanscope: interrupted", err
+    try:
+        for line in proc.stdout:
+            if line == "in the window\n":
+                proc.send_signal(signal.SIGINT)  # to wanscope alone: it passes it on to the program
+                break
+        _, err = proc.communicate(timeout=HANG_S)
+    finally:
+        proc.kill()  # a no-op after a clean exit; else no endless program left behind
+    assert proc.returncode == 130 and err.splitlines()[-1] == "wanscope: interrupted", err
     left = sorted(p.name for p in out.iterdir())
     assert left in ([], ["trace.json.gz"]), left  # the program's window, written whole at its exit
     if left:

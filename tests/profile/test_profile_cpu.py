@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cli_context import run_main as wanscope  # in this process: torch's imports were half a run
+from cli_context import sigint_default
 
 from wanscope.analysis.host import host as analyze_host
 from wanscope.profile.result import CPU_NOTE, cfg_note
@@ -165,6 +166,7 @@ def test_ctrl_c_leaves_no_partial_file(tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_default,
     )
     for line in proc.stderr:
         if line.startswith("text encoding:"):

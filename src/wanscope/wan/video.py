@@ -90,8 +90,9 @@ def _write_mp4(frames: np.ndarray, path: Path, fps: int, comment: str) -> None:
         codec="libx264",
         pix_fmt_out="yuv420p",
         macro_block_size=1,
-        # x264's veryfast preset: about 2.5x faster than its default (medium) at the default
-        # CRF's quality, for a slightly larger file (benchmarks/RESULTS.md, "time to video")
+        # x264's veryfast preset: faster than its default (medium) at the default CRF's quality,
+        # for a slightly larger file (benchmarks/RESULTS.md, "2026-12-02: time to video, the
+        # text encoder, VAE and video-write levers")
         output_params=["-preset", "veryfast", "-metadata", f"comment={comment}"],
     )
     try:

@@ -290,6 +290,16 @@ def test_checkpoint_with_wrong_shapes(tmp_path, diffusers_dit_dir):
         load_dit(ckpt, dtype=torch.float32)
 
 
+def test_a_text_encoder_narrower_than_the_dit_takes_is_refused_before_loading(tmp_path, diffusers_dit):
+    root = write_diffusers_checkpoint(tmp_path / "ckpt", diffusers_dit)
+    config = root / "text_encoder" / "config.json"
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"d_model": 48}))
+    r = wanscope(*TINY, "--checkpoint", str(root), "--out", str(tmp_path / "x.mp4"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr == f"wanscope: error: {config}: the text encoder's states are 48 wide, the DiT's text_dim is 32\n"
+    assert not (tmp_path / "x.mp4").exists()
+
+
 def test_generate_from_diffusers_layout_checkpoint(tmp_path, diffusers_dit):
     """A complete tiny diffusers-layout folder (transformer, UMT5 encoder, word-level tokenizer,
     VAE) is detected and runs end to end; its outputs do not claim random weights."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wanscope.errors import UsageError
+from wanscope.errors import InputError, UsageError
 from wanscope.parallel.plan import (
     DEFAULT_TIMEOUT_S,
     PARALLEL_MODES,
@@ -155,15 +155,25 @@ def dit_config(checkpoint: Path | None, config: WanConfig) -> DiTConfig:
     headers tell (``wan/weights.py`` ``check_parts``).
 
     Raises:
-        InputError: a checkpoint folder that is not a usable Wan2.1 checkpoint (``wan/weights.py``).
+        InputError: a checkpoint folder that is not a usable Wan2.1 checkpoint (``wan/weights.py``),
+            or whose text encoder's width is not the DiT's ``text_dim``.
     """
     if checkpoint is None:
         return config.dit
+    from wanscope.wan.text_encoder import config_from_json
     from wanscope.wan.weights import check_dit, check_parts, detect_layout
 
     layout = detect_layout(checkpoint)
     check_parts(layout)
-    return check_dit(layout.dit)
+    dit = check_dit(layout.dit)
+    # the text encoder's width: a diffusers folder's config.json, else the preset's (the official
+    # .pth is checked against it when it loads)
+    folder = layout.text_encoder.is_dir()
+    width = config_from_json(layout.text_encoder / "config.json").dim if folder else config.text_encoder.dim
+    if width != dit.text_dim:
+        where = layout.text_encoder / "config.json" if folder else layout.text_encoder
+        raise InputError(where, f"the text encoder's states are {width} wide, the DiT's text_dim is {dit.text_dim}")
+    return dit
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,24 @@ def test_folder_whose_config_and_weights_disagree_on_the_block_count(official_t5
         load_umt5(tmp_path / "te", TE, torch.float32, "cpu")
 
 
+def test_embedding_saved_under_both_names_must_agree(official_t5, tmp_path):
+    from safetensors.torch import save_file
+
+    _, path = official_t5
+    model = load_umt5(path, TE, torch.float32, "cpu")
+    folder = tmp_path / "te"
+    _transformers_umt5(model).save_pretrained(folder)
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    save_file(state | {"encoder.embed_tokens.weight": state["shared.weight"].clone()}, folder / "model.safetensors")
+    with torch.no_grad():
+        assert torch.equal(load_umt5(folder, TE, torch.float32, "cpu").shared.weight, state["shared.weight"])
+    save_file(
+        state | {"encoder.embed_tokens.weight": torch.zeros_like(state["shared.weight"])}, folder / "model.safetensors"
+    )
+    with pytest.raises(InputError, match=r"te: shared\.weight and encoder\.embed_tokens\.weight differ"):
+        load_umt5(folder, TE, torch.float32, "cpu")
+
+
 def test_a_prompt_of_padding_alone_stays_finite_in_bf16():
     torch.manual_seed(0)
     model = load_umt5(None, TE, torch.bfloat16, "cpu")

@@ -232,7 +232,13 @@ def _load_folder(folder: Path, dtype: torch.dtype, device) -> UMT5Encoder:
     """A transformers ``UMT5EncoderModel`` folder (``config.json``, ``model.safetensors`` or its
     shards), memory-mapped and assigned onto a meta-device model tensor by tensor: no copy of
     the whole model is staged in host memory. The embedding saved under a tied alias
-    (``encoder.embed_tokens.weight``) loads as ``shared.weight``."""
+    (``encoder.embed_tokens.weight``) loads as ``shared.weight``; saved under both names, the two
+    must be equal.
+
+    Raises:
+        InputError: as ``config_from_json``, ``safetensors_files`` and ``assign_state_dict``; a
+            block count other than the config's; the two embedding names holding different values.
+    """
     cfg = config_from_json(folder / "config.json")
     files = safetensors_files(folder, "model")
     # the block count from the headers before anything is built (a config can say anything)
@@ -243,8 +249,12 @@ def _load_folder(folder: Path, dtype: torch.dtype, device) -> UMT5Encoder:
         model = UMT5Encoder(cfg)
     tensors = read_safetensors(files)
     if _EMBEDDING_ALIAS in tensors:
-        tensors.setdefault("shared.weight", tensors[_EMBEDDING_ALIAS])
-        del tensors[_EMBEDDING_ALIAS]
+        alias = tensors.pop(_EMBEDDING_ALIAS)
+        shared = tensors.setdefault("shared.weight", alias)
+        if shared is not alias and not (shared.shape == alias.shape and torch.equal(shared, alias)):
+            raise InputError(
+                folder, f"shared.weight and {_EMBEDDING_ALIAS} differ: one embedding is tied to both names"
+            )
     assign_state_dict(model, tensors, folder, device, dtype_of=lambda name, p: dtype)
     return model.eval().requires_grad_(False)
 

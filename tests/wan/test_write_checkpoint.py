@@ -122,3 +122,18 @@ def test_a_tokenizer_larger_than_the_embedding_is_an_input_error(folders, tmp_pa
     Tokenizer(models.WordLevel(vocab, unk_token="<unk>")).save(str(folder / "tokenizer" / "tokenizer.json"))
     with pytest.raises(InputError, match=r"tokenizer: the tokenizer has 387 tokens, the text encoder's embedding 384"):
         _parts(folder).text_encoder()
+
+
+def test_text_width_comes_from_the_checkpoints_encoder_config(folders, tmp_path):
+    """What the ranks of --parallel receive the text states as, known without loading UMT5."""
+    import json
+    import shutil
+
+    assert _parts(folders["diffusers"]).text_width == TINY.text_encoder.dim
+    folder = tmp_path / "ckpt"
+    shutil.copytree(folders["diffusers"], folder)
+    config = folder / "text_encoder" / "config.json"
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"d_model": 48}))
+    assert _parts(folder).text_width == 48
+    if "official" in folders:
+        assert _parts(folders["official"]).text_width == TINY.text_encoder.dim  # the .pth: the preset's

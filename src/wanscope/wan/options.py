@@ -160,18 +160,15 @@ def dit_config(checkpoint: Path | None, config: WanConfig) -> DiTConfig:
     """
     if checkpoint is None:
         return config.dit
-    from wanscope.wan.text_encoder import config_from_json
+    from wanscope.wan.text_encoder import encoder_config
     from wanscope.wan.weights import check_dit, check_parts, detect_layout
 
     layout = detect_layout(checkpoint)
     check_parts(layout)
     dit = check_dit(layout.dit)
-    # the text encoder's width: a diffusers folder's config.json, else the preset's (the official
-    # .pth is checked against it when it loads)
-    folder = layout.text_encoder.is_dir()
-    width = config_from_json(layout.text_encoder / "config.json").dim if folder else config.text_encoder.dim
+    width = encoder_config(layout.text_encoder, config.text_encoder).dim
     if width != dit.text_dim:
-        where = layout.text_encoder / "config.json" if folder else layout.text_encoder
+        where = layout.text_encoder / "config.json" if layout.text_encoder.is_dir() else layout.text_encoder
         raise InputError(where, f"the text encoder's states are {width} wide, the DiT's text_dim is {dit.text_dim}")
     return dit
 

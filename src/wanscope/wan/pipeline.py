@@ -130,6 +130,16 @@ class Components:
     def random_weights(self) -> bool:
         return self.checkpoint is None
 
+    @property
+    def text_width(self) -> int:
+        """The text states' last dim: the checkpoint's encoder's (its folder's config.json), else
+        the preset's; every rank knows it without loading the encoder."""
+        if self.random_weights:
+            return self.config.text_encoder.dim
+        from wanscope.wan.text_encoder import encoder_config
+
+        return encoder_config(self._layout().text_encoder, self.config.text_encoder).dim
+
     def text_encoder(self):
         from wanscope.wan.text_encoder import ByteTokenizer, CheckpointTokenizer, TextEncoder, load_umt5
 
@@ -329,7 +339,7 @@ def encode_prompts(
         del encoder
         release()
     if parallel is not None:
-        shape = (len(prompts), parts.config.dit.text_len, parts.config.text_encoder.dim)
+        shape = (len(prompts), parts.config.dit.text_len, parts.text_width)
         states = broadcast_text_states(parallel, states, shape, parts.dtype)
     return states[:1], states[1:] if len(prompts) == 2 else states[:1]
 

@@ -195,6 +195,16 @@ def config_from_json(path: Path) -> TextEncoderConfig:
         raise InputError(path, str(e)) from None
 
 
+def encoder_config(path: Path, preset: TextEncoderConfig) -> TextEncoderConfig:
+    """The config of the encoder at ``path``: a transformers folder's ``config.json``; for the
+    official ``.pth``, ``preset`` (its tensors are checked against it when they load).
+
+    Raises:
+        InputError: as ``config_from_json``.
+    """
+    return config_from_json(path / "config.json") if Path(path).is_dir() else preset
+
+
 def transformers_config(cfg: TextEncoderConfig) -> dict:
     """The transformers ``UMT5Config`` fields (as ``config.json`` holds them) of ``cfg``: what a
     diffusers ``text_encoder/`` folder of this encoder says, for writing one."""

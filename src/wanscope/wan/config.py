@@ -46,6 +46,12 @@ def check_positive_int(name: str, value) -> None:
         raise UsageError(f"{name} {value!r}: expected a positive integer")
 
 
+def check_positive_number(name: str, value) -> None:
+    """Raises UsageError unless ``value`` is a positive finite int or float (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{name} {value!r}: expected a positive finite number")
+
+
 @dataclass(frozen=True)
 class DiTConfig:
     """The diffusion transformer (``WanModel`` in the official code).
@@ -83,9 +89,7 @@ class DiTConfig:
         if not (isinstance(patch, tuple) and len(patch) == 3 and all(is_int(n) and n > 0 for n in patch)):
             raise UsageError(f"patch_size {patch!r}: expected three positive integers")
         for name in ("eps", "rope_theta"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise UsageError(f"{name} {value!r}: expected a positive finite number")
+            check_positive_number(name, getattr(self, name))
         if self.dim % self.num_heads or (self.dim // self.num_heads) % 2:
             raise UsageError(f"dim {self.dim} must split into {self.num_heads} heads of even size")
 
@@ -133,9 +137,7 @@ class TextEncoderConfig:
                 f"num_buckets {self.num_buckets} and max_distance {self.max_distance}: need an even "
                 "num_buckets >= 4 and max_distance > num_buckets / 4"
             )
-        eps = self.eps
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
-            raise UsageError(f"eps {eps!r}: expected a positive finite number")
+        check_positive_number("eps", self.eps)
 
 
 @dataclass(frozen=True)

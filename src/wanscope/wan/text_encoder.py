@@ -98,6 +98,12 @@ class ByteTokenizer:
         return ids, (ids != 0).long()
 
 
+def _first_line(e: BaseException) -> str:
+    """The first line of ``e``'s message (at most 120 characters), or its type without one."""
+    lines = str(e).splitlines()
+    return lines[0][:120] if lines else type(e).__name__
+
+
 class CheckpointTokenizer:
     """The UMT5 tokenizer of a checkpoint folder (never fetched): its ``tokenizer.json`` read with
     the ``tokenizers`` library, or, in a folder without one (``spiece.model`` alone), through
@@ -117,9 +123,7 @@ class CheckpointTokenizer:
             try:
                 self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
             except Exception as e:  # noqa: BLE001 (tokenizers raises a bare Exception)
-                raise InputError(
-                    folder / "tokenizer.json", f"not a tokenizer ({str(e).splitlines()[0][:120]})"
-                ) from None
+                raise InputError(folder / "tokenizer.json", f"not a tokenizer ({_first_line(e)})") from None
             pad = self.tokenizer.token_to_id("<pad>")
             self.pad_id = 0 if pad is None else pad
             return
@@ -128,9 +132,8 @@ class CheckpointTokenizer:
         try:
             self.hf = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         except (OSError, ValueError, ImportError) as e:
-            detail = (str(e).splitlines() or [""])[0][:120]
             raise InputError(
-                folder, f"no tokenizer.json, and no loadable tokenizer ({e.__class__.__name__}: {detail})"
+                folder, f"no tokenizer.json, and no loadable tokenizer ({type(e).__name__}: {_first_line(e)})"
             ) from None
 
     @property

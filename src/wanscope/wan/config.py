@@ -144,8 +144,10 @@ class TextEncoderConfig:
 class VAEConfig:
     """The Wan2.1 causal 3-D VAE (official ``vae2_1.py``; diffusers ``AutoencoderKLWan``).
 
-    ``latents_mean``/``latents_std`` are the per-channel statistics the DiT latents are
-    normalized with (official ``vae2_1.py`` ``WanVAE.mean``/``std``).
+    One level per ``dim_mult`` entry (``base_dim * m`` channels); each level but the last halves
+    the height and width, and those flagged in ``temporal_downsample`` (one flag per level but the
+    last) also the frames. ``latents_mean``/``latents_std`` are the per-channel statistics the DiT
+    latents are normalized with (official ``vae2_1.py`` ``WanVAE.mean``/``std``).
     """
 
     base_dim: int = 96
@@ -153,7 +155,6 @@ class VAEConfig:
     dim_mult: tuple[int, ...] = (1, 2, 4, 4)
     num_res_blocks: int = 2
     temporal_downsample: tuple[bool, ...] = (False, True, True)
-    stride: tuple[int, int, int] = (4, 8, 8)
     latents_mean: tuple[float, ...] = (
         -0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
         0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921,
@@ -162,6 +163,29 @@ class VAEConfig:
         2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
         3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160,
     )  # fmt: skip
+
+    def __post_init__(self):
+        for name in ("base_dim", "z_dim", "num_res_blocks"):
+            check_positive_int(name, getattr(self, name))
+        mult, down = self.dim_mult, self.temporal_downsample
+        if not (isinstance(mult, tuple) and mult and all(is_int(m) and m > 0 for m in mult)):
+            raise UsageError(f"dim_mult {mult!r}: expected one or more positive integers")
+        if not (isinstance(down, tuple) and len(down) == len(mult) - 1 and all(isinstance(d, bool) for d in down)):
+            raise UsageError(
+                f"temporal_downsample {down!r}: expected {len(mult) - 1} booleans (one per level but the last)"
+            )
+        for name in ("latents_mean", "latents_std"):
+            values = getattr(self, name)
+            if not (isinstance(values, tuple) and len(values) == self.z_dim):
+                raise UsageError(f"{name}: expected {self.z_dim} values (z_dim)")
+        for value in self.latents_std:
+            check_positive_number("latents_std", value)
+
+    @property
+    def stride(self) -> tuple[int, int, int]:
+        """Video frames, rows and columns per latent one (frames: after the first; (4, 8, 8) for Wan2.1)."""
+        spatial = 2 ** (len(self.dim_mult) - 1)
+        return (2 ** sum(self.temporal_downsample), spatial, spatial)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,238 @@
+"""The decoder of Wan2.1's causal 3-D VAE, our own module (no diffusers import).
+
+The architecture is the official ``vae2_1.py`` ``WanVAE_`` decoder (its ``conv2`` and
+``Decoder3d``; diffusers' ``AutoencoderKLWan`` ``post_quant_conv`` and ``decoder``). The latents
+[B, z_dim, F, H, W] go through a 1x1x1 convolution, then latent frame by latent frame through: a
+3x3x3 convolution to the widest level's channels; a middle block (residual block, single-head
+self-attention over each frame's positions, residual block); one up block per level, widest
+first, of ``num_res_blocks + 1`` residual blocks and, at each level but the last, an upsampler
+(nearest-exact 2x in height and width, then a 3x3 convolution halving the channels); an RMS norm,
+SiLU and a 3x3x3 convolution to RGB. A residual block is ``conv2(silu(norm2(conv1(silu(norm1(x))))))``
+plus ``x`` (through a 1x1x1 convolution where the width changes).
+
+Time is causal: every 3-D convolution with a temporal kernel of 3 sees the current frame and the
+two before it, zeros before the video's first. Decoding runs one latent frame at a time, as both
+published implementations do, each such convolution keeping the last two frames of its input so
+far in a cache (``Cache``) for the next. The temporally upsampling levels (``temporal_downsample``
+reversed) pass the first latent frame through as one frame; every later frame becomes two: a
+(3, 1, 1) causal convolution doubles the channels, the halves are the two frames, and its history
+starts at the second latent frame (the official code's ``"Rep"`` first-chunk mark). So F latent
+frames decode to ``1 + 4 (F - 1)`` video frames at Wan2.1's two such levels.
+
+The RMS norm is ``x / ||x||_2 * sqrt(C) * gamma`` over the channels (no mean, no epsilon but
+``F.normalize``'s), its statistics in fp32 for a half-precision input; the upsampling's
+interpolation runs in fp32 too. Parameter names are diffusers' (``post_quant_conv.weight``,
+``decoder.up_blocks.N.resnets.M.conv1.weight``, ...), so a diffusers ``vae/`` folder loads as it
+is saved and the official names map onto them (``vae.decoder_key``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from wanscope.wan.config import VAEConfig
+
+# A decode's state: per causal convolution, the last frames of its input so far ([B, C, <=2, H, W]);
+# per temporally upsampling ``Upsampler``, None once it has passed the first latent frame.
+Cache = dict[nn.Module, "torch.Tensor | None"]
+
+
+class CausalConv3d(nn.Conv3d):
+    """A 3-D convolution zero-padded ``kernel - 1`` frames in front (none behind) and
+    ``kernel // 2`` on each side in height and width, so its output has its input's size.
+
+    ``forward(x, cache)``: x [B, C_in, T, H, W] -> [B, C_out, T, H, W]. A temporal kernel above 1
+    needs ``cache``: the frames it holds for this convolution replace that many zeros in front,
+    and the last frames of its input are left there for the next call.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel: int | tuple[int, int, int]):
+        super().__init__(in_channels, out_channels, kernel)
+
+    def forward(self, x: torch.Tensor, cache: Cache | None = None) -> torch.Tensor:
+        kt, kh, kw = self.kernel_size
+        front = kt - 1
+        if front:
+            before = cache.get(self)
+            if before is not None:
+                x = torch.cat([before, x], dim=2)
+                front -= before.shape[2]
+            cache[self] = x[:, :, -(kt - 1) :].clone()
+        pad = (kw // 2, kw // 2, kh // 2, kh // 2, front, 0)
+        return super().forward(F.pad(x, pad) if any(pad) else x)
+
+
+class RMSNorm(nn.Module):
+    """``F.normalize(x, dim=1) * sqrt(dim) * gamma``: the L2 norm over the channels (dim 1), in fp32
+    for a half-precision ``x``, the result in ``x``'s dtype. ``gamma`` is [dim, 1, 1, 1] for
+    [B, C, T, H, W] inputs and [dim, 1, 1] for [N, C, H, W] ones (``frames=False``)."""
+
+    def __init__(self, dim: int, frames: bool = True):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.ones(dim, *(1,) * (3 if frames else 2)))
+        self.scale = dim**0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        low = x.dtype in (torch.float16, torch.bfloat16)
+        normalized = F.normalize(x.float() if low else x, dim=1).to(x.dtype)
+        return normalized * self.scale * self.gamma
+
+
+class ResidualBlock(nn.Module):
+    """[B, in_dim, T, H, W] -> [B, out_dim, T, H, W]; ``cache`` as ``CausalConv3d``'s."""
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        self.norm1 = RMSNorm(in_dim)
+        self.conv1 = CausalConv3d(in_dim, out_dim, 3)
+        self.norm2 = RMSNorm(out_dim)
+        self.conv2 = CausalConv3d(out_dim, out_dim, 3)
+        self.conv_shortcut = CausalConv3d(in_dim, out_dim, 1) if in_dim != out_dim else None
+
+    def forward(self, x: torch.Tensor, cache: Cache) -> torch.Tensor:
+        skip = x if self.conv_shortcut is None else self.conv_shortcut(x)
+        x = self.conv1(F.silu(self.norm1(x)), cache)
+        return self.conv2(F.silu(self.norm2(x)), cache) + skip
+
+
+class Attention(nn.Module):
+    """Single-head self-attention among the H*W positions of each frame (scaled by
+    ``1/sqrt(dim)``, SDPA's default), added to the input: [B, dim, T, H, W] -> the same."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.norm = RMSNorm(dim, frames=False)
+        self.to_qkv = nn.Conv2d(dim, 3 * dim, 1)
+        self.proj = nn.Conv2d(dim, dim, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, t, h, w = x.shape
+        frames = x.permute(0, 2, 1, 3, 4).reshape(b * t, c, h, w)
+        qkv = self.to_qkv(self.norm(frames)).reshape(b * t, 1, 3 * c, h * w).permute(0, 1, 3, 2).contiguous()
+        q, k, v = qkv.chunk(3, dim=-1)  # [B*T, 1, H*W, C] each
+        out = F.scaled_dot_product_attention(q, k, v).squeeze(1).permute(0, 2, 1).reshape(b * t, c, h, w)
+        return self.proj(out).view(b, t, c, h, w).permute(0, 2, 1, 3, 4) + x
+
+
+class MidBlock(nn.Module):
+    """Residual block, attention, residual block, at ``dim`` channels."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.resnets = nn.ModuleList([ResidualBlock(dim, dim), ResidualBlock(dim, dim)])
+        self.attentions = nn.ModuleList([Attention(dim)])
+
+    def forward(self, x: torch.Tensor, cache: Cache) -> torch.Tensor:
+        x = self.resnets[0](x, cache)
+        return self.resnets[1](self.attentions[0](x), cache)
+
+
+class Upsample2x(nn.Module):
+    """Nearest-exact 2x in height and width, computed in fp32 (half-precision input in, its dtype
+    out): [N, C, H, W] -> [N, C, 2H, 2W]."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x.float(), scale_factor=2.0, mode="nearest-exact").to(x.dtype)
+
+
+class Upsampler(nn.Module):
+    """[B, dim, T, H, W] -> [B, dim/2, T', 2H, 2W]: with ``temporal``, T' = 2T except on the first
+    call of a decode (T' = T = 1), else T' = T."""
+
+    def __init__(self, dim: int, temporal: bool):
+        super().__init__()
+        self.resample = nn.Sequential(Upsample2x(), nn.Conv2d(dim, dim // 2, 3, padding=1))
+        self.time_conv = CausalConv3d(dim, 2 * dim, (3, 1, 1)) if temporal else None
+
+    def forward(self, x: torch.Tensor, cache: Cache) -> torch.Tensor:
+        if self.time_conv is not None:
+            if self in cache:  # every frame after the first becomes two: the two channel halves
+                b, c, t, h, w = x.shape
+                pairs = self.time_conv(x, cache).view(b, 2, c, t, h, w)
+                x = pairs.permute(0, 2, 3, 1, 4, 5).reshape(b, c, 2 * t, h, w)
+            else:  # the first latent frame stays one frame; the time conv's history starts after it
+                cache[self] = None
+        b, c, t, h, w = x.shape
+        y = self.resample(x.permute(0, 2, 1, 3, 4).reshape(b * t, c, h, w))
+        return y.view(b, t, *y.shape[1:]).permute(0, 2, 1, 3, 4)
+
+
+class UpBlock(nn.Module):
+    """``num_res_blocks + 1`` residual blocks ``in_dim -> out_dim``, then an ``Upsampler`` of
+    ``upsample`` ("2d", "3d": also in time, or None)."""
+
+    def __init__(self, in_dim: int, out_dim: int, num_res_blocks: int, upsample: str | None):
+        super().__init__()
+        dims = [in_dim] + [out_dim] * (num_res_blocks + 1)
+        self.resnets = nn.ModuleList([ResidualBlock(a, b) for a, b in zip(dims[:-1], dims[1:])])
+        self.upsamplers = nn.ModuleList([Upsampler(out_dim, upsample == "3d")] if upsample else [])
+
+    def forward(self, x: torch.Tensor, cache: Cache) -> torch.Tensor:
+        for resnet in self.resnets:
+            x = resnet(x, cache)
+        for upsampler in self.upsamplers:
+            x = upsampler(x, cache)
+        return x
+
+
+class Decoder3d(nn.Module):
+    """One latent chunk [B, z_dim, T, H, W] -> video frames [B, 3, T', 8H, 8W] (Wan2.1's strides),
+    the causal history in ``cache``."""
+
+    def __init__(self, cfg: VAEConfig):
+        super().__init__()
+        widths = [cfg.base_dim * m for m in (cfg.dim_mult[-1], *cfg.dim_mult[::-1])]
+        temporal = cfg.temporal_downsample[::-1]
+        self.conv_in = CausalConv3d(cfg.z_dim, widths[0], 3)
+        self.mid_block = MidBlock(widths[0])
+        blocks = []
+        for i, out_dim in enumerate(widths[1:]):
+            in_dim = widths[i] if i == 0 else widths[i] // 2  # the upsampler before halved it
+            upsample = None if i == len(cfg.dim_mult) - 1 else ("3d" if temporal[i] else "2d")
+            blocks.append(UpBlock(in_dim, out_dim, cfg.num_res_blocks, upsample))
+        self.up_blocks = nn.ModuleList(blocks)
+        self.norm_out = RMSNorm(widths[-1])
+        self.conv_out = CausalConv3d(widths[-1], 3, 3)
+
+    def forward(self, x: torch.Tensor, cache: Cache) -> torch.Tensor:
+        x = self.mid_block(self.conv_in(x, cache), cache)
+        for block in self.up_blocks:
+            x = block(x, cache)
+        return self.conv_out(F.silu(self.norm_out(x)), cache)
+
+
+class VAEDecoder(nn.Module):
+    """Un-normalized latents -> video.
+
+    ``forward(z)``: z [B, z_dim, F, H, W] in the parameters' dtype (the DiT's latents already
+    multiplied by ``latents_std`` and shifted by ``latents_mean``: ``vae.decode``) ->
+    [B, 3, 1 + 4 (F - 1), 8H, 8W] (Wan2.1's strides, ``cfg.stride``) in the parameters' dtype, not
+    clamped. Decodes frame by frame, without gradients.
+    """
+
+    def __init__(self, cfg: VAEConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.post_quant_conv = CausalConv3d(cfg.z_dim, cfg.z_dim, 1)
+        self.decoder = Decoder3d(cfg)
+
+    @torch.no_grad()
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        x = self.post_quant_conv(z)
+        cache: Cache = {}
+        return torch.cat([self.decoder(x[:, :, i : i + 1], cache) for i in range(x.shape[2])], dim=2)
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Random values in place, PyTorch's default for convolutions (``nn.Conv3d``'s
+        ``reset_parameters``: Kaiming-uniform with ``a = sqrt(5)``, which is U(-b, b) with
+        ``b = 1 / sqrt(fan_in)``, the bias the same), RMS-norm gains 1."""
+        for m in self.modules():
+            if isinstance(m, (nn.Conv2d, nn.Conv3d)):
+                bound = (m.weight[0].numel()) ** -0.5  # fan_in: input channels x kernel
+                m.weight.uniform_(-bound, bound)
+                m.bias.uniform_(-bound, bound)
+            elif isinstance(m, RMSNorm):
+                m.gamma.fill_(1)

@@ -1,6 +1,6 @@
 """Timing, error, output and diffusers-model helpers shared by the benchmark scripts
 (``attention_sweep.py``, ``dit_forward.py``, ``fast_mode.py``, ``kernels_bench.py``,
-``pipeline_e2e.py``, ``multi_gpu.py``). Imported after each script has set its environment (compile
+``pipeline_e2e.py``, ``multi_gpu.py``, ``vae_decode.py``, ``write_checkpoint.py``). Imported after each script has set its environment (compile
 caches) and put ``src`` on the path.
 
 Result files are ``NAME-YYYY-MM-DD[-label].json`` (``--label``: what the run was) and carry the
@@ -175,3 +175,30 @@ def diffusers_bf16(model, dtype):
     for name, p in model.named_parameters():
         p.data = p.data.to(torch.float32 if keep & set(name.split(".")) else dtype)
     return model
+
+
+def diffusers_vae(cfg, state: dict | None = None, device="cpu"):
+    """diffusers' ``AutoencoderKLWan`` of our ``wan.config.VAEConfig`` ``cfg`` on ``device``, fp32,
+    eval: random (its own initialization), or holding the decoder tensors of ``state`` (a
+    ``wan.vae_decoder.VAEDecoder`` state dict: the names are the same; the encoder, which no
+    decode runs, keeps its random values).
+
+    Raises:
+        AssertionError: ``state`` is not the decoder of ``cfg``.
+    """
+    from diffusers import AutoencoderKLWan
+
+    with torch.device(device):
+        vae = AutoencoderKLWan(
+            base_dim=cfg.base_dim,
+            z_dim=cfg.z_dim,
+            dim_mult=list(cfg.dim_mult),
+            num_res_blocks=cfg.num_res_blocks,
+            temperal_downsample=list(cfg.temporal_downsample),
+            latents_mean=list(cfg.latents_mean),
+            latents_std=list(cfg.latents_std),
+        )
+    if state is not None:
+        missing, unexpected = vae.load_state_dict(state, strict=False)
+        assert not unexpected and all(k.startswith(("encoder.", "quant_conv.")) for k in missing), unexpected
+    return vae.eval().requires_grad_(False)

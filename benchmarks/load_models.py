@@ -46,7 +46,7 @@ t = time.perf_counter()
 if model == "text_encoder":
     import wanscope.wan.text_encoder  # noqa: F401
 elif model == "vae":
-    import diffusers.models.autoencoders.autoencoder_kl_wan  # noqa: F401
+    import wanscope.wan.vae  # noqa: F401
 else:
     import wanscope.wan.dit  # noqa: F401
 mark("import_library", t)

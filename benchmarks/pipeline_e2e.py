@@ -2,9 +2,10 @@
 encoding, the 50-step denoising loop with CFG, VAE decode, random weights, one process.
 
 Both pipelines share the text encoder's weights (ours runs a ``UMT5Encoder``; diffusers gets a
-transformers ``UMT5EncoderModel`` holding the same tensors), bf16, and the VAE
-(diffusers' ``AutoencoderKLWan``, fp32, as the official code keeps it): ours wraps those very
-models, so the comparison isolates the DiT and the sampling loop. Diffusers runs its own
+transformers ``UMT5EncoderModel`` holding the same tensors), bf16, and the VAE's, fp32 as the
+official code keeps it (ours runs our ``VAEDecoder``; diffusers gets an ``AutoencoderKLWan``
+holding the same decoder tensors, ``_common.diffusers_vae``, channels-last on CUDA as ours), so
+the comparison isolates the DiT and the sampling loop. Diffusers runs its own
 ``WanTransformer3DModel`` (bf16 as ``from_pretrained(torch_dtype=bf16)`` casts it, default
 attention: cuDNN on an H200, eager) with ``UniPCMultistepScheduler`` in flow mode; ours runs
 ``wanscope.wan.pipeline`` with its defaults (UniPC; ``kernels`` and ``attention`` auto: the fused
@@ -37,13 +38,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch
-from _common import diffusers_bf16, diffusers_config, result_label, sync, version, write_result
+from _common import diffusers_bf16, diffusers_config, diffusers_vae, result_label, sync, version, write_result
 
 from wanscope.wan.attention import resolve_backend
 from wanscope.wan.config import get_preset
 from wanscope.wan.pipeline import Components, Request, encode_prompts, sample
 from wanscope.wan.text_encoder import ByteTokenizer, TextEncoder, transformers_config
-from wanscope.wan.vae import decode
+from wanscope.wan.vae import channels_last, decode
 
 PROMPT = "A cat walks on the grass, realistic, daytime"
 NEGATIVE = "blurry, low quality, static, distorted"
@@ -94,10 +95,13 @@ def ours(parts: Components, req: Request, encoder: TextEncoder, vae) -> dict:
     return {**{k: round(v, 3) for k, v in clock.stages.items()}, **ran}
 
 
-def theirs(parts: Components, req: Request, encoder: TextEncoder, vae, dtype) -> dict:
+def theirs(parts: Components, req: Request, encoder: TextEncoder, ours_vae, dtype) -> dict:
     from diffusers import UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
 
     cfg, device = parts.config, parts.device
+    vae = diffusers_vae(cfg.vae, ours_vae.state_dict(), device)
+    if device.type == "cuda":
+        channels_last(vae)  # as ours
     torch.manual_seed(0)
     with torch.device(device):
         transformer = diffusers_bf16(WanTransformer3DModel(**diffusers_config(cfg.dit)), dtype).eval()

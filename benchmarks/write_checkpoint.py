@@ -13,7 +13,8 @@ Layouts (``wanscope.wan.weights.detect_layout``):
 - ``diffusers``: ``model_index.json``, ``transformer/`` (diffusers' ``WanTransformer3DModel``
   holding our random DiT's tensors, ``save_pretrained``), ``text_encoder/`` (transformers' layout:
   ``config.json`` and ``model-0000N-of-0000M.safetensors`` shards of at most 5 GB with their
-  index), ``tokenizer/``, ``vae/`` (``AutoencoderKLWan.save_pretrained``) and ``scheduler/``
+  index), ``tokenizer/``, ``vae/`` (diffusers' ``AutoencoderKLWan``'s own initialization,
+  ``save_pretrained``) and ``scheduler/``
   (UniPC in flow mode with the preset's shift), so that diffusers' ``WanPipeline.from_pretrained``
   loads the folder too.
 
@@ -37,12 +38,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch
-from _common import diffusers_config
+from _common import diffusers_config, diffusers_vae
 
 from wanscope.wan.config import WanConfig, get_preset
 from wanscope.wan.dit import WanDiT
 from wanscope.wan.text_encoder import load_umt5, official_t5_key, transformers_config
-from wanscope.wan.vae import load_vae
 from wanscope.wan.weights import OFFICIAL_T5, OFFICIAL_TOKENIZER, OFFICIAL_VAE, official_key
 
 SHARD_BYTES = 5 * 10**9  # transformers' default max_shard_size ("5GB")
@@ -194,7 +194,7 @@ def write(config: WanConfig, layout: str, out: Path, device: torch.device) -> No
         json.dumps(transformers_config(config.text_encoder) | {"architectures": ["UMT5EncoderModel"]}, indent=2)
     )
     save_sharded(te_state, out / "text_encoder", "model")
-    load_vae(None, config.vae, torch.float32, "cpu").save_pretrained(out / "vae")
+    diffusers_vae(config.vae).save_pretrained(out / "vae")
     write_tokenizer(out / "tokenizer")
 
 

@@ -57,3 +57,35 @@ def test_random_text_encoder_is_built_in_its_dtype_with_transformers_init():
     q = next(p for n, p in params.items() if n.endswith("SelfAttention.q.weight"))
     assert abs(q.float().std().item() * (te.dim * te.head_dim) ** 0.5 - 1) < 0.2
     assert abs(model.shared.weight.float().std().item() - 1) < 0.1
+
+
+def test_random_vae_is_built_on_meta_and_initialized_in_its_dtype(monkeypatch):
+    from wanscope.wan import vae as vae_module
+    from wanscope.wan.vae_decoder import VAEDecoder
+
+    seen = []
+
+    class Recording(VAEDecoder):  # what the load builds and what its init writes into
+        def __init__(self, cfg):
+            super().__init__(cfg)
+            seen.append({p.device.type for p in self.parameters()})
+
+        def init_weights(self):
+            seen.append({(p.device.type, p.dtype) for p in self.parameters()})
+            super().init_weights()
+
+    monkeypatch.setattr(vae_module, "VAEDecoder", Recording)
+    cfg = get_preset("tiny").vae
+    torch.manual_seed(0)
+    a = vae_module.load_vae(None, cfg, torch.bfloat16, "cpu")
+    assert seen == [{"meta"}, {("cpu", torch.bfloat16)}]  # no fp32 copy: materialized in bf16
+    torch.manual_seed(0)
+    b = vae_module.load_vae(None, cfg, torch.bfloat16, "cpu")
+    for (name, p), q in zip(a.named_parameters(), b.parameters(), strict=True):
+        assert p.dtype == torch.bfloat16 and torch.isfinite(p).all() and torch.equal(p, q), name
+        if name.endswith("gamma"):
+            assert p.eq(1).all(), name
+    conv = a.decoder.conv_in  # PyTorch's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), the bias too
+    bound = (conv.in_channels * 27) ** -0.5
+    for t in (conv.weight, conv.bias):
+        assert t.abs().max().item() <= bound and t.float().std().item() > bound / 3

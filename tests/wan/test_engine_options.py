@@ -278,6 +278,7 @@ def test_a_checkpoint_that_does_not_fit_the_preset_is_refused(two_head_checkpoin
     "part, text, message",
     [
         ("vae/config.json", "{broken", "cannot read JSON"),
+        ("vae/config.json", '{"base_dim": 8}', "config lacks z_dim, dim_mult, num_res_blocks, temperal_downsample"),
         ("text_encoder/config.json", "[1, 2]", "not a JSON object"),
         ("vae/diffusion_pytorch_model.safetensors", "not safetensors", "not a readable safetensors file"),
     ],

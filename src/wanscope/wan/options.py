@@ -156,15 +156,19 @@ def dit_config(checkpoint: Path | None, config: WanConfig) -> DiTConfig:
 
     Raises:
         InputError: a checkpoint folder that is not a usable Wan2.1 checkpoint (``wan/weights.py``),
-            or whose text encoder's width is not the DiT's ``text_dim``.
+            whose VAE folder's config does not fit the preset (``vae.vae_config_from_json``), or
+            whose text encoder's width is not the DiT's ``text_dim``.
     """
     if checkpoint is None:
         return config.dit
     from wanscope.wan.text_encoder import encoder_config
+    from wanscope.wan.vae import vae_config_from_json
     from wanscope.wan.weights import check_dit, check_parts, detect_layout
 
     layout = detect_layout(checkpoint)
     check_parts(layout)
+    if layout.vae.is_dir():
+        vae_config_from_json(layout.vae / "config.json", config.vae)
     dit = check_dit(layout.dit)
     width = encoder_config(layout.text_encoder, config.text_encoder).dim
     if width != dit.text_dim:

@@ -1,16 +1,20 @@
-"""The VAE decode's speed and error by precision and layout (issue 26).
+"""The VAE decode's speed and error by precision and layout, ours against diffusers (issue 26).
 
 Decodes the latents of a 1.3B 832x480x81 request ([1, 16, 21, 60, 104], standard normal: a
-DiT's output is normalized the same way) with diffusers' ``AutoencoderKLWan`` through
+DiT's output is normalized the same way) with our decoder (``wanscope.wan.vae_decoder``) through
 ``wanscope.wan.vae.decode``, random weights (labelled so), in each variant: fp32 as the official
 code decodes; fp32 with ``cudnn.benchmark``; fp32 channels-last 3D (``vae.channels_last``) as the
 engine's exact mode decodes on CUDA; bf16; bf16 channels-last as the fast mode decodes, and with
-``cudnn.benchmark``.
+``cudnn.benchmark``; and ``diffusers-fp32``: diffusers' ``AutoencoderKLWan`` holding the same
+weights, fp32, the same un-normalization and clamp (``benchmarks/_common.py`` ``diffusers_vae``).
 ``first_s`` is the first decode of the full shape (after a small one has started cuDNN): the
 engine decodes once per process, so that is the time it pays; ``median_s`` the later ones. Each
-variant's video is compared with the fp32 one: PSNR over [-1, 1] (peak-to-peak 2), the largest absolute difference, and the share of uint8
-frame values that differ. Times are wall-clock medians with a device sync (CUDA events would
-miss nothing here: one decode is seconds).
+variant's video is compared with ours in fp32: PSNR over [-1, 1] (peak-to-peak 2; null where the
+videos are equal), the largest absolute difference, and the share of uint8 frame values that
+differ; ``diffusers-fp32``'s is ours against diffusers. Times are wall-clock medians with a
+device sync (CUDA events would miss nothing here: one decode is seconds). The peak memory
+includes the weights on the device (for ``diffusers-fp32``, its unused encoder's too) and the
+fp32 copy of ours that every variant starts from.
 
     python benchmarks/vae_decode.py --out benchmarks/results
     python benchmarks/vae_decode.py --smoke --out /tmp/r        # tiny VAE on the CPU
@@ -29,13 +33,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch
-from _common import sync, version, write_result
+from _common import diffusers_vae, sync, version, write_result
 
 from wanscope.wan.config import get_preset
 from wanscope.wan.pipeline import latent_shape, to_frames
 from wanscope.wan.vae import channels_last as to_channels_last
 from wanscope.wan.vae import decode, load_vae
 
+# name: (dtype, channels-last, cudnn.benchmark); the first is the reference
 VARIANTS = {
     "fp32": (torch.float32, False, False),
     "fp32-cudnn-benchmark": (torch.float32, False, True),
@@ -43,7 +48,17 @@ VARIANTS = {
     "bf16": (torch.bfloat16, False, False),
     "bf16-channels-last": (torch.bfloat16, True, False),
     "bf16-channels-last-cudnn-benchmark": (torch.bfloat16, True, True),
+    "diffusers-fp32": (torch.float32, False, False),
 }
+
+
+def diffusers_decode(vae, latents: torch.Tensor, cfg) -> torch.Tensor:
+    """``wanscope.wan.vae.decode``'s contract with diffusers' ``AutoencoderKLWan``: the same
+    un-normalization, its ``decode``, fp32 in [-1, 1]."""
+    mean = torch.tensor(cfg.latents_mean, device=latents.device).view(1, -1, 1, 1, 1)
+    std = torch.tensor(cfg.latents_std, device=latents.device).view(1, -1, 1, 1, 1)
+    with torch.no_grad():
+        return vae.decode(latents.float() * std + mean, return_dict=False)[0].float().clamp(-1, 1)
 
 
 def main() -> None:
@@ -67,18 +82,22 @@ def main() -> None:
     results, reference = {}, None
     for name, (dtype, channels_last, benchmark) in VARIANTS.items():
         torch.backends.cudnn.benchmark = benchmark
-        vae = torch.nn.Module.to(base, dtype)  # not ModelMixin.to: it logs on every cast
-        vae.load_state_dict(state)  # the same weights, rounded to ``dtype``
-        for m in vae.modules():  # the previous variant's layout undone
-            if isinstance(m, torch.nn.Conv3d):
-                m.weight.data = m.weight.data.contiguous()
-        if channels_last:
-            to_channels_last(vae)  # as the engine does on CUDA
+        if name.startswith("diffusers"):  # the last: ours leaves the device for it
+            base.to("cpu")
+            vae, run = diffusers_vae(preset.vae, state, device), diffusers_decode
+        else:
+            vae, run = base.to(dtype), decode
+            vae.load_state_dict(state)  # the same weights, rounded to ``dtype``
+            for m in vae.modules():  # the previous variant's layout undone
+                if isinstance(m, torch.nn.Conv3d):
+                    m.weight.data = m.weight.data.contiguous()
+            if channels_last:
+                to_channels_last(vae)  # as the engine does on CUDA
         times = []
         for _ in range(args.repeats + 1):  # the first: cuDNN's choices, allocator growth
             sync(device)
             start = time.perf_counter()
-            video = decode(vae, latents, preset.vae)
+            video = run(vae, latents, preset.vae)
             sync(device)
             times.append(time.perf_counter() - start)
         frames = to_frames(video)
@@ -102,7 +121,7 @@ def main() -> None:
         "benchmark": "vae_decode",
         "date": datetime.date.today().isoformat(),
         "smoke": args.smoke,
-        "weights": "random (the VAE's own initialization)",
+        "weights": "random (our decoder's initialization; diffusers' holds the same tensors)",
         "latents": list(latents.shape),
         "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
         "torch": torch.__version__,

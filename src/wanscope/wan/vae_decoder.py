@@ -197,10 +197,17 @@ class Decoder3d(nn.Module):
         self.conv_out = CausalConv3d(widths[-1], 3, 3)
 
     def forward(self, x: torch.Tensor, cache: Cache) -> torch.Tensor:
-        x = self.mid_block(self.conv_in(x, cache), cache)
-        for block in self.up_blocks:
-            x = block(x, cache)
-        return self.conv_out(F.silu(self.norm_out(x)), cache)
+        return self._up(self.mid_block(self.conv_in(x, cache), cache), 0, cache)
+
+    def _up(self, x: torch.Tensor, level: int, cache: Cache) -> torch.Tensor:
+        """``x`` through up block ``level`` and everything after it, each frame that block
+        makes going on alone. The operations after it act per frame or through the causal
+        caches, which carry the frames before, so this is the arithmetic of the frames all at
+        once; the higher resolutions then hold one frame's working tensors, not four."""
+        if level == len(self.up_blocks):
+            return self.conv_out(F.silu(self.norm_out(x)), cache)
+        x = self.up_blocks[level](x, cache)
+        return torch.cat([self._up(x[:, :, t : t + 1], level + 1, cache) for t in range(x.shape[2])], dim=2)
 
 
 class VAEDecoder(nn.Module):

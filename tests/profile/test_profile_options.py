@@ -87,9 +87,11 @@ def test_child_arguments_reproduce_the_options(cuda, cfg, monkeypatch):
         attention="math",
         cfg=cfg,
         legacy_step_lookup=True,
+        memory_budget=64.0,
     )
     p = parse_profile(opts.cli_args()).params
-    engine = {k: p[k] for k in ("preset", "checkpoint", "random_weights", "size", "frames", "steps", "attention")}
+    keys = ("preset", "checkpoint", "random_weights", "size", "frames", "steps", "attention", "memory_budget")
+    engine = {k: p[k] for k in keys}
     again = resolve(
         cuda,
         warmup=p["warmup"],
@@ -134,6 +136,11 @@ BAD = [
         "fast-mode spec: pv_fp8=true (e4m3 P V, in attention_int8 only) needs int8_attention=true",
     ),
     (["--mode", "fast", "--fast", "exact_blocks=7"], "fast-mode spec: exact_blocks 7 out of range for 2 blocks"),
+    (["--memory-budget", "0"], "--memory-budget must be a positive number of GiB, got 0.0"),
+    (
+        ["--memory-budget", "0.1"],
+        "--memory-budget 0.1 GiB cannot hold this run: the smallest budget that works is 0.6 GiB (the vae stage)",
+    ),
 ]
 if not torch.cuda.is_available():
     BAD += [

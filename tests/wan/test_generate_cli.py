@@ -49,8 +49,23 @@ def test_generate_off_hopper_runs_sdpa_and_the_triton_kernels(tmp_path, mode):
 
 def test_generate_random_weights_writes_decodable_mp4(tmp_path):
     out = tmp_path / "new" / "sub" / "x.mp4"  # its folders are made, as profile --out makes its
-    r = wanscope(*TINY, "--random-weights", "--size", "64x64", "--frames", "5", "--steps", "2", "--out", str(out))
+    r = wanscope(
+        *TINY,
+        "--random-weights",
+        "--size",
+        "64x64",
+        "--frames",
+        "5",
+        "--steps",
+        "2",
+        "--memory-budget",
+        "64",
+        "--out",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
+    plan = "memory plan (budget 64.0 GiB): text encoder resident (0.5 GiB), dit resident (0.5 GiB), vae whole"
+    assert plan in r.stderr
     assert "RANDOM WEIGHTS" in r.stderr and "denoising" in r.stderr
     assert "kept in float32" not in r.stderr  # diffusers' warning on a dtype cast of the VAE
     reader = imageio_ffmpeg.read_frames(str(out))
@@ -69,6 +84,14 @@ def test_generate_random_weights_writes_decodable_mp4(tmp_path):
     assert (info["attention"], info["attention_ran"]) == ("auto", auto)
     assert (info["kernels"], info["kernels_ran"]) == ("auto", "torch" if not torch.cuda.is_available() else "triton")
     assert (info["mode"], info["fast"], info["vae_dtype"]) == ("exact", None, "fp32")
+    plan = info["memory_plan"]
+    assert (plan["budget_bytes"], plan["text_encoder"], plan["dit"], plan["vae"]) == (
+        64 << 30,
+        "resident",
+        "resident",
+        "whole",
+    )
+    assert set(plan["estimate_bytes"]) == {"text_encoder", "dit", "vae"}
     if not torch.cuda.is_available():
         assert info["peak_memory_bytes"] == {"text_encoding": None, "denoising": None, "vae_decode": None}
     stages = info["stage_s"]
@@ -113,6 +136,12 @@ def test_generate_random_weights_writes_decodable_mp4(tmp_path):
         (
             ["--random-weights", "--mode", "fast", "--fast", "exact_blocks=99"],
             "fast-mode spec: exact_blocks 99 out of range for 2 blocks",
+        ),
+        (["--random-weights", "--memory-budget", "nan"], "--memory-budget must be a positive number of GiB"),
+        (["--random-weights", "--memory-budget", "-2"], "--memory-budget must be a positive number of GiB"),
+        (
+            ["--random-weights", "--size", "64x64", "--memory-budget", "0.1"],
+            "cannot hold this run: the smallest budget that works is",
         ),
     ],
 )

@@ -70,6 +70,7 @@ def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
 @opt.mode_option()
 @opt.fast_option()
 @opt.legacy_step_lookup_option()
+@opt.memory_budget_option()
 @click.option(
     "--nsys",
     is_flag=True,

@@ -46,6 +46,7 @@ ENGINE_ONLY = (
     "cfg",
     "attention",
     "kernels",
+    "memory_budget",
     "dist_timeout",
     "child",
     "run_info",

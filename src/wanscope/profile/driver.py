@@ -57,6 +57,7 @@ class Measurements:
             ahead of the device, so this is host time; the trace has each step's GPU interval.
         dit: the DiT that ran: ``dim``, ``num_layers``, ``num_heads``, ``ffn_dim``.
         tokens: DiT sequence length L per forward (F*H*W latent patches).
+        memory_plan: the run's ``MemoryPlan.as_dict()`` (``wan/memory_plan.py``), or None.
     """
 
     peak_memory_bytes: dict[str, int | None] = field(default_factory=dict)
@@ -64,6 +65,7 @@ class Measurements:
     step_wall_ns: list[int] = field(default_factory=list)
     dit: dict[str, int] = field(default_factory=dict)
     tokens: int = 0
+    memory_plan: dict | None = None
 
 
 def request(opts: ProfileOptions) -> Request:
@@ -160,6 +162,14 @@ def run(
     req.validate(config.vae.stride, config.dit.patch_size)
     device = parts.device
     m = Measurements()
+    if parallel is None:  # before any model loads
+        from wanscope.wan.memory_plan import plan_for
+        from wanscope.wan.options import dit_config
+
+        parts.plan = plan_for(parts, req, dit_config(opts.checkpoint, config), opts.memory_budget)
+        if parts.plan is not None:
+            m.memory_plan = parts.plan.as_dict()
+            console.print(parts.plan.describe())
     _peak(device)
 
     with _stage("text_encoding", m, device, console):

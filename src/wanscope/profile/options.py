@@ -43,6 +43,7 @@ class ProfileOptions:
             for the exact mode.
         legacy_step_lookup: the sampler finds its step index with a device ``.item()``.
         device: ``cuda`` or ``cpu``; dtype: ``bf16`` (CUDA) or ``fp32`` (CPU).
+        memory_budget: ``--memory-budget`` in GiB, or None (``wan/memory_plan.py`` ``plan_for``).
     """
 
     preset: str
@@ -62,6 +63,7 @@ class ProfileOptions:
     kernels: str
     cfg_auto: bool
     fast: str | None
+    memory_budget: float | None = None
 
     @property
     def random_weights(self) -> bool:
@@ -105,6 +107,8 @@ class ProfileOptions:
             args.append("--legacy-step-lookup")
         if self.fast is not None:
             args += ["--mode", "fast", "--fast", self.fast]
+        if self.memory_budget is not None:
+            args += ["--memory-budget", str(self.memory_budget)]
         return args
 
 
@@ -146,6 +150,14 @@ def resolve(
     from wanscope.wan.dit import resolve_kernels
 
     kernels = "triton" if e.fast is not None else resolve_kernels(e.kernels, e.device, e.dit.qk_norm).value
+    if e.memory_budget is not None:  # a budget that cannot hold the run fails here, before any child
+        import torch
+
+        from wanscope.wan.memory_plan import plan_for
+        from wanscope.wan.pipeline import DTYPES, Components
+
+        parts = Components(config=e.config, device=torch.device(e.device), dtype=DTYPES[e.dtype], fast=e.fast)
+        plan_for(parts, req, e.dit, e.memory_budget)
     return ProfileOptions(
         preset=e.preset,
         checkpoint=e.checkpoint,
@@ -164,4 +176,5 @@ def resolve(
         kernels=kernels,
         cfg_auto=e.cfg_auto,
         fast=None if e.fast is None else e.fast.spec(),
+        memory_budget=e.memory_budget,
     )

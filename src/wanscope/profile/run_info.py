@@ -9,7 +9,8 @@ Fields (docs/json.md, "profile JSON"): ``note`` (the random-weights warning or N
 ``dtype``, ``capture`` (torch.profiler or nsys), ``versions`` (python, torch, CUDA, cuDNN,
 wanscope), ``gpu`` (name, compute capability, memory, count; None on the CPU),
 ``peak_memory_bytes`` and ``stage_wall_ns`` per stage (text_encoding, denoising, vae_decode),
-``step_wall_ns`` (host time of every step run, index 0 first); under ``--parallel`` also
+``step_wall_ns`` (host time of every step run, index 0 first), ``memory_plan`` (where each
+stage's model lived, ``wan/memory_plan.py``; None on the CPU without a budget); under ``--parallel`` also
 ``parallel`` (``parallel_info``), and the measurements are rank 0's.
 """
 
@@ -111,6 +112,7 @@ def run_object(opts: ProfileOptions, capture: str, m: Measurements, parallel: Pa
             "peak_memory_bytes": m.peak_memory_bytes,
             "stage_wall_ns": m.stage_wall_ns,
             "step_wall_ns": m.step_wall_ns,
+            "memory_plan": m.memory_plan,
         }
     )
     return info

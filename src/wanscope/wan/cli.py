@@ -61,6 +61,7 @@ def save_tensor(tensor, path: Path) -> None:
 @opt.device_option()
 @opt.dtype_option()
 @opt.legacy_step_lookup_option()
+@opt.memory_budget_option()
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
@@ -130,9 +131,15 @@ def _generate(out, save_latents, fast_spec, **engine):
         fast=opts.fast,
     )
     attention_ran = resolve_backend(backend, device, torch_dtype, opts.dit.head_dim).value
+    if ctx is None:  # before any model loads; a plan that cannot fit stops here
+        from wanscope.wan.memory_plan import plan_for
+
+        parts.plan = plan_for(parts, opts.request, opts.dit, opts.memory_budget)
     note = RANDOM_NOTE if opts.random_weights else None
     if note and main:
         click.echo(f"wanscope: {note}", err=True)
+    if parts.plan is not None:
+        click.echo(f"wanscope: {parts.plan.describe()}", err=True)
 
     from wanscope.wan.progress import StepProgress
 
@@ -179,6 +186,7 @@ def _generate(out, save_latents, fast_spec, **engine):
         "vae_dtype": next(name for name, t in DTYPES.items() if t == parts.vae_dtype),
         "torch": torch.__version__,
         "elapsed_s": round(elapsed_s, 3),
+        "memory_plan": None if parts.plan is None else parts.plan.as_dict(),
         "peak_memory_bytes": result.peak_memory_bytes,
         "stage_s": result.stage_s,
         "step_s": result.step_s,

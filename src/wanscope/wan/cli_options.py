@@ -154,6 +154,18 @@ def dtype_option():
     )
 
 
+def memory_budget_option():
+    return click.option(
+        "--memory-budget",
+        type=float,
+        metavar="GIB",
+        default=None,
+        help="Device memory the run may use (GiB): each stage's model is kept on the device, streamed "
+        "from host memory or refused to fit, and the plan is printed. Default: the free memory on CUDA, "
+        "no budget on the CPU.",
+    )
+
+
 def legacy_step_lookup_option():
     return click.option(
         "--legacy-step-lookup",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -110,11 +110,14 @@ def compare_modes(
     del encoder
     release()
 
-    dit = parts.dit()
-    dit.kernels = "triton"
+    dit = replace(parts, kernels="triton").dit()
     latents: dict[str, list[torch.Tensor]] = {"exact": [], "fast": []}
     for mode in ("exact", "fast"):
-        if mode == "fast":
+        if mode == "fast" and dit.block_stream is not None:  # packed blocks: load it again, fast
+            del dit
+            release()
+            dit = replace(parts, kernels="triton", fast=fast).dit()
+        elif mode == "fast":
             apply_fast_mode(dit, fast)
         for i, (req, (cond, uncond)) in enumerate(zip(requests, texts)):
             on_step = None if progress is None else (lambda step, _lat, m=mode, i=i: progress(m, i, step))

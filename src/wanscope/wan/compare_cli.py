@@ -66,6 +66,7 @@ def _db(x: float) -> str:
 @opt.attention_option()
 @opt.device_option()
 @opt.dtype_option()
+@opt.memory_budget_option()
 @format_option("table", "json")
 def compare_modes(prompts, prompts_file, fast_spec, fmt, **engine):
     """PSNR and SSIM of the fast mode's videos against the exact mode's, per prompt and overall."""
@@ -101,6 +102,12 @@ def compare_modes(prompts, prompts_file, fast_spec, fmt, **engine):
         checkpoint=checkpoint,
         attention_backend=parse_backend(attention),
     )
+    from wanscope.wan.memory_plan import plan_for
+
+    # planned for the fast mode's DiT, the larger (its FP8 copies beside the weights)
+    parts.plan = plan_for(parts, opts.request, opts.dit, opts.memory_budget, fast=fast)
+    if parts.plan is not None:
+        click.echo(f"wanscope: {parts.plan.describe()}", err=True)
 
     from wanscope.wan.progress import StepProgress
 
@@ -126,6 +133,7 @@ def compare_modes(prompts, prompts_file, fast_spec, fmt, **engine):
         "attention": attention,
         "device": str(device),
         "dtype": dtype,
+        "memory_plan": None if parts.plan is None else parts.plan.as_dict(),
         "exact": "DiT on the fused kernels (kernels=triton) in the model dtype",
         "fast": {
             "spec": fast.spec(),

@@ -307,6 +307,8 @@ class WanDiT(nn.Module):
         # Ulysses sequence parallelism (wanscope.parallel.ulysses) sets this: the blocks then
         # run on this rank's tokens and the head's output is gathered from every rank.
         self.sequence_parallel = None
+        # wan/streaming.py's BlockStream sets this: the blocks then run from host memory
+        self.block_stream = None
         self.kernels = kernels
 
     @property
@@ -439,7 +441,7 @@ class WanDiT(nn.Module):
 
         # ``auto`` resolved once per forward, outside the blocks (which may be compiled)
         backend = resolve_backend(self.attention_backend, latents.device, dtype, cfg.head_dim)
-        for block in self.blocks:
+        for block in self.blocks if self.block_stream is None else self.block_stream:
             x = block(x, e6, ctx, rope, backend)
 
         out = self.head(x, e)  # [B, L, pt*ph*pw*C] fp32 (L_r tokens under Ulysses)

@@ -194,6 +194,8 @@ class EngineOptions:
         device: ``cpu``, ``cuda`` or ``cuda:N``; dtype: ``bf16`` or ``fp32``.
         parallel: the ``--parallel`` mode under torchrun, or None; dist_timeout: seconds any rank
             may wait for the others.
+        memory_budget: ``--memory-budget`` in GiB, or None (``memory_plan.plan_for``: the
+            device's free memory on CUDA, no budget on the CPU).
     """
 
     preset: str
@@ -208,6 +210,7 @@ class EngineOptions:
     dtype: str
     parallel: str | None = None
     dist_timeout: float = DEFAULT_TIMEOUT_S
+    memory_budget: float | None = None
 
     @property
     def random_weights(self) -> bool:
@@ -282,6 +285,7 @@ def resolve_engine(
     dtype: str | None = None,
     parallel: str | None = None,
     dist_timeout: float = DEFAULT_TIMEOUT_S,
+    memory_budget: float | None = None,
     **sampling,
 ) -> EngineOptions:
     """Parse, fill in the defaults and check the engine's options against each other and this
@@ -316,6 +320,11 @@ def resolve_engine(
         raise UsageError(f"--dist-timeout must be a finite number of seconds, got {dist_timeout}")
     if weights_required and checkpoint is None and not random_weights:
         raise UsageError("give --checkpoint DIR or --random-weights")
+    if memory_budget is not None:
+        if not (math.isfinite(memory_budget) and memory_budget > 0):
+            raise UsageError(f"--memory-budget must be a positive number of GiB, got {memory_budget}")
+        if parallel is not None:
+            raise UsageError("--memory-budget does not run under --parallel yet")
     for name, value, known in (
         ("attention backend", attention, ATTENTION_CHOICES),
         ("kernels", kernels, KERNEL_CHOICES),
@@ -366,6 +375,7 @@ def resolve_engine(
         dtype=dtype,
         parallel=parallel,
         dist_timeout=dist_timeout,
+        memory_budget=memory_budget,
     )
 
 

@@ -31,8 +31,10 @@ from wanscope.wan import ranges
 from wanscope.wan.attention import AttentionBackend
 from wanscope.wan.config import CFG_MODES, WanConfig, dit_tokens, resolve_cfg
 from wanscope.wan.dit import WanDiT, resolve_kernels
+from wanscope.wan.memory_plan import MemoryPlan
 from wanscope.wan.precision import FastConfig, apply_fast_mode
 from wanscope.wan.sampler import SOLVERS, FlowSampler, flow_schedule
+from wanscope.wan.streaming import stream_blocks
 from wanscope.wan.timing import StageTimes, StepTimes
 
 # per-step hook: (step index, latents after the step) -> None
@@ -114,7 +116,10 @@ class Components:
     the DiT's ops, ``auto`` (fused Triton kernels on CUDA, see ``dit.resolve_kernels``), ``torch``
     or ``triton``. ``fast``: the fast mode's config (``precision.FastConfig``, applied to the DiT
     once it is loaded: it runs the fused kernels whatever ``kernels`` says), or None for the
-    exact mode.
+    exact mode. ``plan``: where each stage's model lives (``memory_plan.MemoryPlan``; None: every
+    model resident on ``device``). A streamed model is loaded into host memory and its blocks
+    run through ``streaming.BlockStream``; its random weights are drawn on the CPU, so they
+    differ from a resident model's.
     """
 
     config: WanConfig
@@ -125,6 +130,10 @@ class Components:
     kernels: str = "auto"
     dit_overrides: dict = field(default_factory=dict)
     fast: FastConfig | None = None
+    plan: MemoryPlan | None = None
+
+    def _streamed(self, stage: str) -> bool:
+        return self.plan is not None and getattr(self.plan, stage) == "streamed"
 
     @property
     def random_weights(self) -> bool:
@@ -144,34 +153,45 @@ class Components:
         from wanscope.wan.text_encoder import ByteTokenizer, CheckpointTokenizer, TextEncoder, load_umt5
 
         te_cfg, text_len = self.config.text_encoder, self.config.dit.text_len
+        streamed = self._streamed("text_encoder")
+        where = "cpu" if streamed else self.device
         if self.random_weights:
             torch.manual_seed(0)
-            return TextEncoder(load_umt5(None, te_cfg, self.dtype, self.device), ByteTokenizer(), text_len)
-        layout = self._layout()
-        tokenizer = CheckpointTokenizer(layout.tokenizer)  # its errors before the model's load
-        model = load_umt5(layout.text_encoder, te_cfg, self.dtype, self.device)
-        if tokenizer.vocab_size > model.cfg.vocab_size:
-            raise InputError(
-                layout.tokenizer,
-                f"the tokenizer has {tokenizer.vocab_size} tokens, the text encoder's embedding {model.cfg.vocab_size}",
+            model, tokenizer = load_umt5(None, te_cfg, self.dtype, where), ByteTokenizer()
+        else:
+            layout = self._layout()
+            tokenizer = CheckpointTokenizer(layout.tokenizer)  # its errors before the model's load
+            model = load_umt5(layout.text_encoder, te_cfg, self.dtype, where)
+            if tokenizer.vocab_size > model.cfg.vocab_size:
+                raise InputError(
+                    layout.tokenizer,
+                    f"the tokenizer has {tokenizer.vocab_size} tokens, the text encoder's embedding {model.cfg.vocab_size}",
+                )
+        if streamed:  # read once, straight from the loaded (memory-mapped) tensors
+            model.block_stream = stream_blocks(
+                model, model.encoder.block, self.device, pin=False, on_host=(model.shared,)
             )
         return TextEncoder(model, tokenizer, text_len)
 
     def dit(self) -> WanDiT:
         from wanscope.wan.weights import load_dit
 
+        streamed = self._streamed("dit")
+        where = "cpu" if streamed else self.device
         if self.random_weights:
             torch.manual_seed(0)
             cfg = self.config.dit
             if self.dit_overrides:
                 cfg = replace(cfg, **self.dit_overrides)
-            model = WanDiT.random(cfg, self.dtype, self.device).eval().requires_grad_(False)
+            model = WanDiT.random(cfg, self.dtype, where).eval().requires_grad_(False)
         else:
-            model = load_dit(self._layout().dit, self.dtype, self.device, **self.dit_overrides)
+            model = load_dit(self._layout().dit, self.dtype, where, **self.dit_overrides)
         model.attention_backend = self.attention_backend
         model.kernels = resolve_kernels(self.kernels, self.device, model.cfg.qk_norm)
         if self.fast is not None:
             apply_fast_mode(model, self.fast)
+        if streamed:  # run every step: packed into pinned host memory once
+            model.block_stream = stream_blocks(model, model.blocks, self.device, pin=True)
         return model
 
     @property

@@ -289,7 +289,7 @@ class TextEncoder:
     @torch.no_grad()
     def encode(self, prompts: list[str]) -> torch.Tensor:
         """[B, text_len, dim] in the model dtype, on the model device."""
-        device = next(self.model.parameters()).device
+        device = self.model.encoder.final_layer_norm.weight.device  # the embedding may be on the host
         ids, mask = self.tokenizer([clean_prompt(p) for p in prompts], self.text_len)
         ids, mask = ids.to(device), mask.to(device)
         states = self.model(ids, mask)

@@ -154,12 +154,15 @@ class UMT5Encoder(nn.Module):
         self.cfg = cfg
         self.shared = nn.Embedding(cfg.vocab_size, cfg.dim)
         self.encoder = _Stack(cfg)
+        # wan/streaming.py's BlockStream sets this: the blocks then run from host memory (and
+        # the embedding may stay there: ids are looked up where it is)
+        self.block_stream = None
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        x = self.shared(ids)
+        x = self.shared(ids.to(self.shared.weight.device)).to(ids.device)
         buckets = position_buckets(ids.shape[1], self.cfg.num_buckets, self.cfg.max_distance, ids.device)
         mask_bias = (1 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
-        for block in self.encoder.block:
+        for block in self.encoder.block if self.block_stream is None else self.block_stream:
             x = block(x, mask_bias, buckets)
         return self.encoder.final_layer_norm(x)
 

@@ -1,0 +1,249 @@
+"""Where each stage's model lives so that a run fits a device-memory budget (``--memory-budget``).
+
+The stages run one after another and each releases its model (``pipeline.py``), so a plan fits
+when every stage's estimate fits on its own. For each stage the planner takes the fastest
+placement that fits:
+
+- text encoder: ``resident`` (the whole encoder on the device), else ``streamed`` (its blocks
+  from host memory through two device slots, ``streaming.py``, read once from the memory-mapped
+  checkpoint; the token embedding looked up on the host);
+- DiT: ``resident``, else ``streamed`` (its blocks from pinned host memory, the next block's
+  copy overlapping the current block's compute);
+- VAE: ``whole`` (the only placement so far: a budget below its estimate cannot run).
+
+A stage's estimate is the device bytes of its weights as placed plus an upper bound of its
+activations (``_text_activations``, ``_dit_activations``, ``_vae_activations``: the largest
+tensors each holds at once, from its architecture) plus ``MARGIN_BYTES`` for the allocator's
+rounding and the libraries' workspaces. ``benchmarks/memory.py`` measures the peaks against
+the estimates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from wanscope.errors import UsageError
+from wanscope.wan.config import WanConfig, dit_tokens, resolve_cfg
+
+GIB = 1 << 30
+MARGIN_BYTES = 512 << 20  # caching-allocator rounding, cuBLAS/cuDNN workspaces
+STAGES = ("text_encoder", "dit", "vae")
+
+
+def _tensor_bytes(module: torch.nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+
+
+@dataclass(frozen=True)
+class ModelSizes:
+    """Device bytes of each model's parts, from the architecture (built on the meta device).
+
+    ``text_blocks``/``dit_blocks``: every block together; ``*_block``: the largest one (a slot);
+    ``text_embedding``: the token table; ``*_rest``: everything else; ``vae``: the decoder."""
+
+    text_embedding: int
+    text_blocks: int
+    text_block: int
+    text_rest: int
+    dit_blocks: int
+    dit_block: int
+    dit_rest: int
+    vae: int
+
+    @classmethod
+    def of(cls, config: WanConfig, dtype: torch.dtype, fast, vae_dtype: torch.dtype) -> ModelSizes:
+        """``fast``: a ``precision.FastConfig`` (its FP8 copies are added to each block) or None."""
+        from wanscope.wan.dit import WanDiT
+        from wanscope.wan.umt5 import UMT5Encoder
+        from wanscope.wan.vae_decoder import VAEDecoder
+
+        with torch.device("meta"):
+            te = UMT5Encoder(config.text_encoder).to(dtype)
+            dit = WanDiT(config.dit).set_dtype(dtype)
+            vae = VAEDecoder(config.vae).to(vae_dtype)
+        te_blocks = [_tensor_bytes(b) for b in te.encoder.block]
+        dit_blocks = [_tensor_bytes(b) + _fp8_bytes(b, fast) for b in dit.blocks]
+        emb = _tensor_bytes(te.shared)
+        return cls(
+            text_embedding=emb,
+            text_blocks=sum(te_blocks),
+            text_block=max(te_blocks),
+            text_rest=_tensor_bytes(te) - emb - sum(te_blocks),
+            dit_blocks=sum(dit_blocks),
+            dit_block=max(dit_blocks),
+            dit_rest=_tensor_bytes(dit) - sum(_tensor_bytes(b) for b in dit.blocks),
+            vae=_tensor_bytes(vae),
+        )
+
+
+def _fp8_bytes(block, fast) -> int:
+    """The fast mode's FP8 copies of one block's linears (``precision.FastBlock``): 1 byte per
+    weight and an fp32 scale per output (their biases are the linears' own tensors)."""
+    if fast is None:
+        return 0
+    sa, ca, ffn = block.self_attn, block.cross_attn, block.ffn
+    shapes = {
+        "qkv": (3 * sa.q.out_features, sa.q.in_features),
+        "o": (sa.o.out_features, sa.o.in_features),
+        "cross_q": (ca.q.out_features, ca.q.in_features),
+        "cross_o": (ca.o.out_features, ca.o.in_features),
+        "ffn_up": (ffn[0].out_features, ffn[0].in_features),
+        "ffn_down": (ffn[2].out_features, ffn[2].in_features),
+    }
+    return sum(n * k + 4 * n for n, k in (shapes[name] for name in fast.linears))
+
+
+def _text_activations(config: WanConfig, prompts: int, dtype: torch.dtype) -> int:
+    """One UMT5 layer's largest live tensors for ``prompts`` x ``text_len`` tokens: the hidden
+    states and their norm (4 of [B, L, dim]), the gated FFN's three [B, L, ffn_dim], and the
+    attention scores with their softmax and position bias in fp32 (3 of [B, heads, L, L])."""
+    te, n, size = config.text_encoder, prompts * config.dit.text_len, dtype.itemsize
+    return n * (4 * te.dim + 3 * te.ffn_dim) * max(size, 4) + 3 * prompts * te.num_heads * config.dit.text_len**2 * 4
+
+
+def _dit_activations(config: WanConfig, tokens: int, batch: int) -> int:
+    """One DiT block's largest live tensors for ``batch`` x ``tokens``: the fp32 residual stream
+    and its modulated norm, the fused q/k/v and the attention output (16 bytes per token and
+    channel together), the FFN's hidden layer and its GELU (4 bytes per token and FFN channel);
+    the RoPE tables and the text states are small beside them."""
+    d = config.dit
+    return batch * tokens * (16 * d.dim + 4 * d.ffn_dim)
+
+
+def _vae_activations(config: WanConfig, height: int, width: int, frames: int, dtype: torch.dtype) -> int:
+    """The decode's largest live tensors (``vae_decoder``: one latent frame at a time, and at
+    the higher resolutions one video frame at a time): at each resolution the causal caches (2
+    frames of the input of each of its ``2 (num_res_blocks + 1) + 1`` convolutions with a
+    temporal kernel) and, at full resolution, 10 frame planes of ``base_dim`` channels (a
+    convolution's input with its 2 cached frames, that padded, its output, and the residual
+    block's input, norm and skip); plus the decoded video in fp32."""
+    v = config.vae
+    size = dtype.itemsize
+    levels = len(v.dim_mult)
+    caches = 0
+    for level in range(levels):  # the up blocks, from the latent resolution up
+        scale = 2 ** (levels - 1 - level)
+        channels = v.base_dim * v.dim_mult[levels - 1 - level]
+        convs = 2 * (v.num_res_blocks + 1) + 1
+        caches += convs * 2 * channels * (height // scale) * (width // scale) * size
+    working = 10 * v.base_dim * height * width * size
+    video = 3 * frames * height * width * 4
+    return caches + working + video
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The placement of each stage and its estimate (bytes) under ``budget_bytes`` (None: no
+    budget, everything resident)."""
+
+    budget_bytes: int | None
+    text_encoder: str
+    dit: str
+    vae: str
+    estimate_bytes: dict[str, int] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """One line, e.g. ``memory plan (budget 8.0 GiB): text encoder streamed (2.1 GiB), ...``."""
+        budget = "no budget" if self.budget_bytes is None else f"budget {self.budget_bytes / GIB:.1f} GiB"
+        parts = [
+            f"{name.replace('_', ' ')} {getattr(self, name)} ({self.estimate_bytes[name] / GIB:.1f} GiB)"
+            for name in STAGES
+        ]
+        return f"memory plan ({budget}): " + ", ".join(parts)
+
+    def as_dict(self) -> dict:
+        """For the sidecar and ``report.json``: ``budget_bytes``, each stage's placement and
+        ``estimate_bytes``."""
+        return {
+            "budget_bytes": self.budget_bytes,
+            **{name: getattr(self, name) for name in STAGES},
+            "estimate_bytes": dict(self.estimate_bytes),
+        }
+
+
+def plan_memory(
+    config: WanConfig,
+    height: int,
+    width: int,
+    frames: int,
+    cfg: str,
+    guidance: float,
+    dtype: torch.dtype,
+    fast,
+    vae_dtype: torch.dtype,
+    budget_bytes: int | None,
+) -> MemoryPlan:
+    """The fastest placement of each stage that fits ``budget_bytes`` (module docstring).
+
+    Args:
+        cfg: the request's CFG mode (``auto`` resolved here as the run resolves it).
+        fast: the fast mode's ``FastConfig`` or None.
+        budget_bytes: None: no budget (every stage resident).
+
+    Raises:
+        UsageError: a budget that even the streamed plan overshoots: the message names the
+            smallest budget that works and the stage that needs it.
+    """
+    sizes = ModelSizes.of(config, dtype, fast, vae_dtype)
+    prompts = 2 if guidance > 1.0 else 1
+    tokens = dit_tokens(config, height, width, frames)
+    batch = 2 if guidance > 1.0 and resolve_cfg(cfg, tokens) == "batched" else 1
+    text_act = _text_activations(config, prompts, dtype) + MARGIN_BYTES
+    dit_act = _dit_activations(config, tokens, batch) + MARGIN_BYTES
+    options = {
+        "text_encoder": {
+            "resident": sizes.text_embedding + sizes.text_blocks + sizes.text_rest + text_act,
+            "streamed": 2 * sizes.text_block + sizes.text_rest + text_act,
+        },
+        "dit": {
+            "resident": sizes.dit_blocks + sizes.dit_rest + dit_act,
+            "streamed": 2 * sizes.dit_block + sizes.dit_rest + dit_act,
+        },
+        "vae": {"whole": sizes.vae + _vae_activations(config, height, width, frames, vae_dtype) + MARGIN_BYTES},
+    }
+    chosen, estimate = {}, {}
+    for stage, choices in options.items():
+        fits = [(name, need) for name, need in choices.items() if budget_bytes is None or need <= budget_bytes]
+        if not fits:
+            smallest = max(min(c.values()) for c in options.values())
+            worst = max(options, key=lambda s: min(options[s].values()))
+            raise UsageError(
+                f"--memory-budget {budget_bytes / GIB:.1f} GiB cannot hold this run: the smallest budget that "
+                f"works is {-(-smallest * 10 // GIB) / 10:.1f} GiB (the {worst.replace('_', ' ')} stage)"
+            )
+        chosen[stage], estimate[stage] = fits[0]
+    return MemoryPlan(budget_bytes, chosen["text_encoder"], chosen["dit"], chosen["vae"], estimate)
+
+
+def plan_for(parts, req, dit, budget_gib: float | None, fast="auto") -> MemoryPlan | None:
+    """The plan of a run of ``parts`` (``pipeline.Components``) for ``req`` (its ``cfg``
+    resolved or ``auto``) with the DiT ``dit`` (a ``DiTConfig``: the checkpoint's): under
+    ``budget_gib`` or, without one, the CUDA device's free memory now; None on the CPU without
+    a budget (nothing to fit). ``fast``: the ``FastConfig`` to plan for (default: ``parts``';
+    ``compare-modes`` plans for its fast mode, the larger).
+
+    Raises:
+        UsageError: as ``plan_memory``.
+    """
+    from dataclasses import replace
+
+    if budget_gib is not None:
+        budget = int(budget_gib * GIB)
+    elif parts.device.type == "cuda":
+        budget = torch.cuda.mem_get_info(parts.device)[0]
+    else:
+        return None
+    return plan_memory(
+        replace(parts.config, dit=dit),
+        req.height,
+        req.width,
+        req.frames,
+        req.cfg,
+        req.guidance,
+        parts.dtype,
+        parts.fast if fast == "auto" else fast,
+        parts.vae_dtype,
+        budget,
+    )

@@ -79,11 +79,13 @@ class _Layout:
         self.slot = -1  # the slot the tensors point into (-1: none)
 
     def point_into(self, buffer: torch.Tensor) -> None:
-        """Each tensor a view of ``buffer`` (uint8, ``ALIGN``-aligned) at its place."""
-        storage, base = buffer.untyped_storage(), buffer.storage_offset()
+        """Each tensor a view of ``buffer`` (uint8, ``ALIGN``-aligned) at its place, on
+        ``buffer``'s device (``.data`` is swapped: the modules keep their tensor objects)."""
+        storage, base, device = buffer.untyped_storage(), buffer.storage_offset(), buffer.device
         with torch.no_grad():
             for t, offset, size, stride in self.places:
-                t.set_(storage, base // t.element_size() + offset, size, stride)
+                view = torch.empty(0, dtype=t.dtype, device=device)
+                t.data = view.set_(storage, base // t.element_size() + offset, size, stride)
 
 
 class BlockStream:

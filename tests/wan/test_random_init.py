@@ -85,6 +85,9 @@ def test_random_vae_is_built_on_meta_and_initialized_in_its_dtype(monkeypatch):
         assert p.dtype == torch.bfloat16 and torch.isfinite(p).all() and torch.equal(p, q), name
         if name.endswith("gamma"):
             assert p.eq(1).all(), name
+    torch.manual_seed(0)  # one seed, one VAE: the fp32 one rounds to the bf16 one
+    c = vae_module.load_vae(None, cfg, torch.float32, "cpu")
+    assert all(torch.equal(p, q.to(torch.bfloat16)) for p, q in zip(a.parameters(), c.parameters(), strict=True))
     conv = a.decoder.conv_in  # PyTorch's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), the bias too
     bound = (conv.in_channels * 27) ** -0.5
     for t in (conv.weight, conv.bias):

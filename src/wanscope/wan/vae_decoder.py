@@ -235,11 +235,17 @@ class VAEDecoder(nn.Module):
     def init_weights(self) -> None:
         """Random values in place, PyTorch's default for convolutions (``nn.Conv3d``'s
         ``reset_parameters``: Kaiming-uniform with ``a = sqrt(5)``, which is U(-b, b) with
-        ``b = 1 / sqrt(fan_in)``, the bias the same), RMS-norm gains 1."""
+        ``b = 1 / sqrt(fan_in)``, the bias the same), RMS-norm gains 1. The values are drawn in
+        fp32 one tensor at a time and rounded to the parameters' dtype, so a seed gives the
+        same VAE in fp32 and bf16 (the exact and fast modes decode with one set of weights)."""
+
+        def uniform_(p: torch.Tensor, bound: float) -> None:
+            p.copy_(torch.empty(p.shape, dtype=torch.float32, device=p.device).uniform_(-bound, bound))
+
         for m in self.modules():
             if isinstance(m, (nn.Conv2d, nn.Conv3d)):
                 bound = (m.weight[0].numel()) ** -0.5  # fan_in: input channels x kernel
-                m.weight.uniform_(-bound, bound)
-                m.bias.uniform_(-bound, bound)
+                uniform_(m.weight, bound)
+                uniform_(m.bias, bound)
             elif isinstance(m, RMSNorm):
                 m.gamma.fill_(1)

@@ -145,8 +145,10 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--workdir", type=Path, help="where the checkpoints are written (default: a temp folder)")
     p.add_argument("--label")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path)
     args = p.parse_args()
+    if not args.child and args.out is None:
+        p.error("the following arguments are required: --out")
     if args.child:
         print(json.dumps(child(json.loads(args.child))), flush=True)
         return

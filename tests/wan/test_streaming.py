@@ -120,7 +120,7 @@ def test_streamed_dit_on_cuda_equals_resident(mode):
     ref.kernels = host.kernels = "triton"
     if mode == "fast":
         apply_fast_mode(ref, FastConfig())
-        apply_fast_mode(host, FastConfig())  # quantized on the CPU, as a streamed load does
+        apply_fast_mode(host, FastConfig(), quantize_on=torch.device("cuda"))  # as a streamed load does
     host.block_stream = stream_blocks(host, host.blocks, "cuda", pin=True)
     assert host.block_stream.slots[0].is_cuda and host.block_stream.host[0][0][0].is_pinned()
     inputs = _dit_inputs("cuda", batch=2)

@@ -189,7 +189,7 @@ class Components:
         model.attention_backend = self.attention_backend
         model.kernels = resolve_kernels(self.kernels, self.device, model.cfg.qk_norm)
         if self.fast is not None:
-            apply_fast_mode(model, self.fast)
+            apply_fast_mode(model, self.fast, quantize_on=self.device if streamed else None)
         if streamed:  # run every step: packed into pinned host memory once
             model.block_stream = stream_blocks(model, model.blocks, self.device, pin=True)
         return model

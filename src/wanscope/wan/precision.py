@@ -40,6 +40,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields
 
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -213,7 +214,7 @@ class FastBlock(nn.Module):
     """One block's fast-mode state: the FP8 copies of its chosen linears (``linears``, keyed by
     ``LINEARS`` names) and the attention choice."""
 
-    def __init__(self, block: nn.Module, cfg: FastConfig):
+    def __init__(self, block: nn.Module, cfg: FastConfig, quantize_on: torch.device | None = None):
         super().__init__()
         sa, ca, ffn = block.self_attn, block.cross_attn, block.ffn
         sources = {
@@ -224,17 +225,24 @@ class FastBlock(nn.Module):
             "ffn_up": (ffn[0].weight, ffn[0].bias),
             "ffn_down": (ffn[2].weight, ffn[2].bias),
         }
-        self.linears = nn.ModuleDict(
-            {
-                name: _fp8(*sources[name], gelu_input=name == "ffn_down", fast_accum=cfg.fast_accum)
-                for name in cfg.linears
-            }
-        )
+        linears = {}
+        for name in cfg.linears:
+            weight, bias = sources[name]
+            home = weight.device
+            if quantize_on is not None:  # the same rounding as a resident model's, then back
+                weight = weight.to(quantize_on)
+            lin = _fp8(weight, bias, gelu_input=name == "ffn_down", fast_accum=cfg.fast_accum)
+            for key in ("weight_fp8", "weight_scale"):
+                lin._buffers[key] = lin._buffers[key].to(home)
+            linears[name] = lin
+        self.linears = nn.ModuleDict(linears)
         self.cfg = cfg
 
 
-def apply_fast_mode(dit: WanDiT, cfg: FastConfig = FastConfig()) -> WanDiT:
+def apply_fast_mode(dit: WanDiT, cfg: FastConfig = FastConfig(), quantize_on: torch.device | None = None) -> WanDiT:
     """Switch ``dit`` (weights loaded and cast) to the fast mode in place; returns it.
+    ``quantize_on``: the device the FP8 weights are computed on, one weight at a time, where the
+    model is in host memory (a streamed DiT: its FP8 weights round as a resident one's).
 
     Raises:
         UsageError: a sequence-parallel DiT (the INT8 attention does not go through its
@@ -248,7 +256,7 @@ def apply_fast_mode(dit: WanDiT, cfg: FastConfig = FastConfig()) -> WanDiT:
     dit.kernels = "triton"  # fuses q/k/v and resets every block to the exact fused forward
     for i, block in enumerate(dit.blocks):
         if i not in exact:
-            block.fast = FastBlock(block, cfg)
+            block.fast = FastBlock(block, cfg, quantize_on)
             block.fused_forward = fast_block_forward
     return dit
 

@@ -64,7 +64,7 @@ def test_generate_random_weights_writes_decodable_mp4(tmp_path):
         str(out),
     )
     assert r.returncode == 0, r.stderr
-    plan = "memory plan (budget 64.0 GiB): text encoder resident (0.5 GiB), dit resident (0.5 GiB), vae whole"
+    plan = "memory plan (budget 64.00 GiB, each stage on its own): text encoder resident (0.50 GiB), dit resident (0.50 GiB), vae whole"
     assert plan in r.stderr
     assert "RANDOM WEIGHTS" in r.stderr and "denoising" in r.stderr
     assert "kept in float32" not in r.stderr  # diffusers' warning on a dtype cast of the VAE

@@ -145,10 +145,14 @@ class MemoryPlan:
     estimate_bytes: dict[str, int] = field(default_factory=dict)
 
     def describe(self) -> str:
-        """One line, e.g. ``memory plan (budget 8.0 GiB): text encoder streamed (2.1 GiB), ...``."""
-        budget = "no budget" if self.budget_bytes is None else f"budget {self.budget_bytes / GIB:.1f} GiB"
+        """One line, e.g. ``memory plan (budget 8.00 GiB, each stage on its own): text encoder streamed (1.77 GiB), ...``."""
+        budget = (
+            "no budget"
+            if self.budget_bytes is None
+            else f"budget {self.budget_bytes / GIB:.2f} GiB, each stage on its own"
+        )
         parts = [
-            f"{name.replace('_', ' ')} {getattr(self, name)} ({self.estimate_bytes[name] / GIB:.1f} GiB)"
+            f"{name.replace('_', ' ')} {getattr(self, name)} ({self.estimate_bytes[name] / GIB:.2f} GiB)"
             for name in STAGES
         ]
         return f"memory plan ({budget}): " + ", ".join(parts)
@@ -210,8 +214,8 @@ def plan_memory(
             smallest = max(min(c.values()) for c in options.values())
             worst = max(options, key=lambda s: min(options[s].values()))
             raise UsageError(
-                f"--memory-budget {budget_bytes / GIB:.1f} GiB cannot hold this run: the smallest budget that "
-                f"works is {-(-smallest * 10 // GIB) / 10:.1f} GiB (the {worst.replace('_', ' ')} stage)"
+                f"--memory-budget {budget_bytes / GIB:.2f} GiB cannot hold this run: the smallest budget that "
+                f"works is {-(-smallest * 100 // GIB) / 100:.2f} GiB (the {worst.replace('_', ' ')} stage)"
             )
         chosen[stage], estimate[stage] = fits[0]
     return MemoryPlan(budget_bytes, chosen["text_encoder"], chosen["dit"], chosen["vae"], estimate)

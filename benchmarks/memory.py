@@ -10,8 +10,9 @@ checkpoint of the real sizes with random values (``write_checkpoint.py``; the 1.
 - enforces the budget with ``torch.cuda.set_per_process_memory_fraction`` set to the budget
   minus that context, so a plan that overshoots fails with an out-of-memory error;
 - polls NVML every 20 ms while ``generate --memory-budget B`` runs in the process;
-- reports ``peak_gib`` (NVML in use at its peak minus before CUDA started), the sidecar's
-  ``max_memory_allocated`` per stage, the plan, the median steady step (``step_s``: the steps
+- reports ``peak_gib`` (NVML in use at its peak minus before CUDA started), the same per stage
+  (``stage_peak_gib``: each stage's window, from the pipeline's stage timer), the sidecar's
+  ``max_memory_allocated`` and ``max_memory_reserved`` per stage, the plan, the median steady step (``step_s``: the steps
   after the first), the loads (``load_s``: the three models' load stages) and its own peak
   RSS (``host_peak_gib``).
 
@@ -25,6 +26,7 @@ checkpoint's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -75,14 +77,26 @@ def child(spec: dict) -> dict:
     budget = spec["budget_gib"]
     if budget is not None:
         torch.cuda.set_per_process_memory_fraction(max(budget * GIB - context, 0) / total)
-    peak = [0]
     done = threading.Event()
+    samples, windows = [], []
 
     def poll():
         while not done.is_set():
-            peak[0] = max(peak[0], nvml_used())
+            samples.append((time.perf_counter(), nvml_used()))
             time.sleep(0.02)
 
+    from wanscope.wan import timing
+
+    timed = timing.StageTimes.__call__
+
+    @contextlib.contextmanager
+    def windowed(self, name):  # each stage's window, for its NVML peak
+        start = time.perf_counter()
+        with timed(self, name):
+            yield
+        windows.append((name, start, time.perf_counter()))
+
+    timing.StageTimes.__call__ = windowed
     sampler = threading.Thread(target=poll, daemon=True)
     sampler.start()
     from wanscope.cli import main
@@ -102,10 +116,14 @@ def child(spec: dict) -> dict:
     wall = time.perf_counter() - started
     done.set()
     sampler.join()
+    stage_peak = {
+        name: round((max((u for t, u in samples if a <= t <= b), default=before) - before) / GIB, 3)
+        for name, a, b in windows
+    }
     result = {
         "context_gib": round(context / GIB, 3),
-        "peak_gib": round((peak[0] - before) / GIB, 3),
-        "max_reserved_gib": round(torch.cuda.max_memory_reserved() / GIB, 3),
+        "peak_gib": round((max(u for _, u in samples) - before) / GIB, 3),
+        "stage_peak_gib": stage_peak,
         "host_peak_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB, 3),
         "wall_s": round(wall, 3),
         "error": error,
@@ -117,6 +135,7 @@ def child(spec: dict) -> dict:
         result.update(
             plan=info.get("memory_plan"),
             allocated_gib={k: None if v is None else round(v / GIB, 3) for k, v in info["peak_memory_bytes"].items()},
+            reserved_gib={k: None if v is None else round(v / GIB, 3) for k, v in info["peak_reserved_bytes"].items()},
             step_s=round(statistics.median(steps[1:] or steps), 4),
             first_step_s=steps[0],
             load_s=round(sum(stages[k] for k in ("text_encoder_load", "dit_load", "vae_load")), 3),

@@ -16,7 +16,15 @@ device sync (CUDA events would miss nothing here: one decode is seconds). The pe
 includes the weights on the device (for ``diffusers-fp32``, its unused encoder's too) and the
 fp32 copy of ours that every variant starts from.
 
+With ``--placements`` it times instead the decode's placements that the memory planner picks
+between (``wan/memory_plan.py``): ``all_frames``, ``frame_by_frame`` and the ``tiled`` grids, in
+fp32 and bf16 channels-last as the engine decodes on CUDA: the median time, PyTorch's peak
+allocation of ``decode`` and ``to_frames`` together above the weights and latents (the planner's
+estimate beside it, less the weights and its margin), and each video against the untiled
+frame-by-frame one of its dtype.
+
     python benchmarks/vae_decode.py --out benchmarks/results
+    python benchmarks/vae_decode.py --placements --out benchmarks/results
     python benchmarks/vae_decode.py --smoke --out /tmp/r        # tiny VAE on the CPU
 """
 
@@ -61,10 +69,67 @@ def diffusers_decode(vae, latents: torch.Tensor, cfg) -> torch.Tensor:
         return vae.decode(latents.float() * std + mean, return_dict=False)[0].float().clamp(-1, 1)
 
 
+def compare(video: torch.Tensor, frames: torch.Tensor, reference: tuple) -> dict:
+    """PSNR over [-1, 1] (None where equal), the largest difference, the uint8 values differing."""
+    mse = torch.mean((video - reference[0]) ** 2).item()
+    return {
+        "psnr_db": round(10 * math.log10(4 / mse), 2) if mse > 0 else None,
+        "max_abs_diff": round((video - reference[0]).abs().max().item(), 6),
+        "uint8_values_differing": round((frames != reference[1]).float().mean().item(), 6),
+    }
+
+
+def placements(preset, device, latents, state, repeats: int, size: tuple[int, int, int]) -> dict:
+    """Each planner placement of the decode, fp32 and bf16 channels-last (module docstring)."""
+    from wanscope.wan.memory_plan import GIB, TILES, MemoryPlan, ModelSizes, _vae_activations
+
+    h, w, f = size
+    out = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        vae = to_channels_last(load_vae(None, preset.vae, dtype, device))
+        vae.load_state_dict(state)
+        halo = ModelSizes.of(preset, torch.bfloat16, None, dtype).vae_halo
+        reference = None
+        for name, tiles in [("frame_by_frame", (1, 1)), ("all_frames", (1, 1)), *(("tiled", t) for t in TILES)]:
+            plan = MemoryPlan(None, "resident", "resident", name, {}, tiles)
+            times = []
+            for _ in range(repeats + 1):  # the first: cuDNN's choices for the shapes
+                sync(device)
+                if device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats()
+                    base = torch.cuda.memory_allocated()
+                start = time.perf_counter()
+                video = decode(vae, latents, preset.vae, plan)
+                frames = to_frames(video)
+                sync(device)
+                times.append(time.perf_counter() - start)
+                peak = torch.cuda.max_memory_allocated() - base if device.type == "cuda" else None
+                if len(times) <= repeats:
+                    del video, frames
+            estimate = _vae_activations(preset, h, w, f, dtype, name != "all_frames", tiles, halo)
+            label = name if name != "tiled" else f"tiled {tiles[0]}x{tiles[1]}"
+            row = {
+                "first_s": round(times[0], 3),
+                "median_s": round(statistics.median(times[1:]), 3),
+                "peak_above_weights_gib": None if peak is None else round(peak / GIB, 3),
+                "estimate_gib": round(estimate / GIB, 3),
+            }
+            if reference is None:
+                reference = (video, frames)
+            else:
+                row |= compare(video, frames, reference)
+            out[f"{str(dtype).removeprefix('torch.')} {label}"] = row
+            print(label, dtype, row, flush=True)
+            del video, frames
+        del vae, reference
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--smoke", action="store_true")
+    p.add_argument("--placements", action="store_true", help="the memory planner's placements instead")
     p.add_argument("--label")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
@@ -79,6 +144,28 @@ def main() -> None:
     # cuDNN's and the allocator's one-time start on a small decode, so that each variant's first
     # call is what a process that has already run its DiT pays for its one decode
     decode(base, latents[:, :, :2, :8, :8], preset.vae)
+    if args.placements:
+        del base
+        results = placements(preset, device, latents, state, args.repeats, (h, w, f))
+        args.label = args.label or "placements"
+    else:
+        results = variants(args, preset, device, latents, base, state)
+    result = {
+        "benchmark": "vae_decode",
+        "date": datetime.date.today().isoformat(),
+        "smoke": args.smoke,
+        "weights": "random (our decoder's initialization; diffusers' holds the same tensors)",
+        "latents": list(latents.shape),
+        "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
+        "torch": torch.__version__,
+        "diffusers": version("diffusers"),
+        "variants": results,
+    }
+    print(write_result(args.out, "vae_decode", result, args.label))
+
+
+def variants(args, preset, device, latents, base, state) -> dict:
+    """Each of ``VARIANTS`` (module docstring)."""
     results, reference = {}, None
     for name, (dtype, channels_last, benchmark) in VARIANTS.items():
         torch.backends.cudnn.benchmark = benchmark
@@ -105,30 +192,14 @@ def main() -> None:
         if reference is None:
             reference = (video, frames)
         else:
-            mse = torch.mean((video - reference[0]) ** 2).item()
-            row |= {
-                "psnr_db": round(10 * math.log10(4 / mse), 2) if mse > 0 else None,
-                "max_abs_diff": round((video - reference[0]).abs().max().item(), 5),
-                "uint8_values_differing": round((frames != reference[1]).float().mean().item(), 5),
-            }
+            row |= compare(video, frames, reference)
         row["peak_memory_bytes"] = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         results[name] = row
         print(name, row, flush=True)
         del video
-    result = {
-        "benchmark": "vae_decode",
-        "date": datetime.date.today().isoformat(),
-        "smoke": args.smoke,
-        "weights": "random (our decoder's initialization; diffusers' holds the same tensors)",
-        "latents": list(latents.shape),
-        "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
-        "torch": torch.__version__,
-        "diffusers": version("diffusers"),
-        "variants": results,
-    }
-    print(write_result(args.out, "vae_decode", result, args.label))
+    return results
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def test_generate_random_weights_writes_decodable_mp4(tmp_path):
         str(out),
     )
     assert r.returncode == 0, r.stderr
-    plan = "memory plan (budget 64.00 GiB, each stage on its own): text encoder resident (0.50 GiB), dit resident (0.50 GiB), vae whole"
+    plan = "memory plan (budget 64.00 GiB, each stage on its own): text encoder resident (0.50 GiB), dit resident (0.50 GiB), vae all_frames ("
     assert plan in r.stderr
     assert "RANDOM WEIGHTS" in r.stderr and "denoising" in r.stderr
     assert "kept in float32" not in r.stderr  # diffusers' warning on a dtype cast of the VAE
@@ -85,15 +85,17 @@ def test_generate_random_weights_writes_decodable_mp4(tmp_path):
     assert (info["kernels"], info["kernels_ran"]) == ("auto", "torch" if not torch.cuda.is_available() else "triton")
     assert (info["mode"], info["fast"], info["vae_dtype"]) == ("exact", None, "fp32")
     plan = info["memory_plan"]
-    assert (plan["budget_bytes"], plan["text_encoder"], plan["dit"], plan["vae"]) == (
+    assert (plan["budget_bytes"], plan["text_encoder"], plan["dit"], plan["vae"], plan["vae_tiles"]) == (
         64 << 30,
         "resident",
         "resident",
-        "whole",
+        "all_frames",
+        [1, 1],
     )
     assert set(plan["estimate_bytes"]) == {"text_encoder", "dit", "vae"}
     if not torch.cuda.is_available():
         assert info["peak_memory_bytes"] == {"text_encoding": None, "denoising": None, "vae_decode": None}
+        assert info["peak_reserved_bytes"] == info["peak_memory_bytes"]
     stages = info["stage_s"]
     assert list(stages) == [
         "text_encoder_load",

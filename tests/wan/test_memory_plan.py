@@ -54,8 +54,32 @@ def _plan(config, size, budget_gib, fast=None, vae_dtype=torch.float32):
 
 def test_no_budget_keeps_everything_resident():
     plan = _plan(SMALL, (480, 832), None)
-    assert (plan.text_encoder, plan.dit, plan.vae) == ("resident", "resident", "whole")
+    assert (plan.text_encoder, plan.dit, plan.vae, plan.vae_tiles) == ("resident", "resident", "all_frames", (1, 1))
     assert plan.as_dict()["budget_bytes"] is None and plan.describe().startswith("memory plan (no budget)")
+
+
+def test_the_vae_decodes_frame_by_frame_then_in_more_tiles_as_the_budget_shrinks():
+    """Each placement is chosen just below the one before's estimate, each estimate smaller;
+    the tiles' larger count lies along the frame's longer side (the latent 60x104 at 832x480)."""
+
+    def vae_at(budget_gib, size=(480, 832)):
+        plan = _plan(SMALL, size, budget_gib)
+        return plan.placement("vae"), plan.estimate_bytes["vae"]
+
+    seen, budget = {}, max(_plan(SMALL, (480, 832), None).estimate_bytes.values()) / GIB
+    while True:
+        try:
+            placement, need = vae_at(budget)
+        except UsageError:
+            break
+        seen[placement] = need
+        budget = (need - 1) / GIB
+    assert list(seen) == ["all_frames", "frame_by_frame", "tiled 1x2", "tiled 2x2", "tiled 2x4"]
+    assert vae_at(None, (832, 480))[0] == "all_frames"
+    tall = _plan(SMALL, (832, 480), (seen["frame_by_frame"] - 1) / GIB)
+    assert tall.vae == "tiled" and tall.vae_tiles == (2, 1)
+    assert tall.as_dict()["vae_tiles"] == list(tall.vae_tiles)
+    assert f"vae tiled {tall.vae_tiles[0]}x{tall.vae_tiles[1]} (" in tall.describe()
 
 
 def test_each_stage_streams_only_when_resident_does_not_fit():

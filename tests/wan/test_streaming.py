@@ -103,7 +103,7 @@ def test_generate_with_every_stage_streamed_equals_resident():
     )
     parts = Components(config=CFG, device=torch.device("cpu"), dtype=torch.float32)
     resident = generate(parts, req)
-    plan = MemoryPlan(1 << 30, "streamed", "streamed", "whole", {"text_encoder": 0, "dit": 0, "vae": 0})
+    plan = MemoryPlan(1 << 30, "streamed", "streamed", "frame_by_frame", {"text_encoder": 0, "dit": 0, "vae": 0})
     streamed = generate(dataclasses.replace(parts, plan=plan), req)
     assert torch.equal(streamed.latents, resident.latents)
     assert torch.equal(streamed.frames, resident.frames)

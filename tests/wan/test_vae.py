@@ -126,6 +126,33 @@ def test_official_layout_decodes_as_the_official_decoder(official, tmp_path):
     assert err <= 1e-5, err
 
 
+def test_tiled_and_all_frames_decodes_are_the_frame_by_frame_arithmetic():
+    """The placements the memory planner picks between give one video: every frame's up path
+    at once, and the up path tile by tile with ``halo`` latent pixels of context (tiles wider
+    and taller than the halo, so their inner parts and the frame's edges both occur), equal to
+    the frame-by-frame decode but for rounding. In float64, so that rounding (1e-16) and a wrong
+    context (1e-5 with a halo one pixel short) lie far apart; in fp32 the CPU's convolutions
+    round differently for inputs of other widths (2e-6 here). A VAE of one residual block per
+    level (halo 9 = 4 + 2 + 1 + 0.5 + 0.875 + 0.125, rounded up) keeps the frames small."""
+    from wanscope.wan.vae_decoder import VAEDecoder
+
+    with torch.device("meta"):
+        assert VAEDecoder(VAEConfig()).decoder.halo() == 13  # Wan2.1's: 6 + 3 + 1.5 + 0.75 + 1
+    torch.manual_seed(0)
+    vae = _perturb_gains(load_vae(None, VAEConfig(base_dim=4, num_res_blocks=1), torch.float64, "cpu"))
+    assert vae.decoder.halo() == 9
+    z = torch.randn(1, 16, 2, 20, 22, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    whole = vae(z)
+    assert whole.shape == (1, 3, 5, 160, 176)
+    assert rel_max_err(vae(z, per_frame=False), whole) <= 1e-14
+    for tiles in [(1, 2), (2, 3)]:
+        assert rel_max_err(vae(z, tiles=tiles), whole) <= 1e-14, tiles
+    vae.decoder.halo = lambda: 8
+    assert rel_max_err(vae(z, tiles=(1, 2)), whole) >= 1e-7
+    with pytest.raises(ValueError, match="23 tiles across 22 latent pixels"):
+        vae(z, tiles=(1, 23))
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

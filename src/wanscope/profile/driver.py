@@ -197,7 +197,7 @@ def run(
 
         with _stage("vae_decode", m, device, console), torch.no_grad():
             vae = parts.vae()
-            video = vae_decode(vae, latents, config.vae)  # [1, 3, F, H, W]
+            video = vae_decode(vae, latents, config.vae, parts.plan)  # [1, 3, F, H, W]
             del vae, video
     return m
 

@@ -188,6 +188,7 @@ def _generate(out, save_latents, fast_spec, **engine):
         "elapsed_s": round(elapsed_s, 3),
         "memory_plan": None if parts.plan is None else parts.plan.as_dict(),
         "peak_memory_bytes": result.peak_memory_bytes,
+        "peak_reserved_bytes": result.peak_reserved_bytes,
         "stage_s": result.stage_s,
         "step_s": result.step_s,
     }

@@ -128,8 +128,8 @@ def compare_modes(
     vae = parts.vae()
     scores = []
     for req, exact, fast_latents in zip(requests, latents["exact"], latents["fast"]):
-        a = to_frames(decode(vae, exact.to(parts.device), config.vae))
-        b = to_frames(decode(vae, fast_latents.to(parts.device), config.vae))
+        a = to_frames(decode(vae, exact.to(parts.device), config.vae, parts.plan))
+        b = to_frames(decode(vae, fast_latents.to(parts.device), config.vae, parts.plan))
         err = quality.mse(b, a)
         scores.append(
             PromptScore(

@@ -9,7 +9,10 @@ placement that fits:
   checkpoint; the token embedding looked up on the host);
 - DiT: ``resident``, else ``streamed`` (its blocks from pinned host memory, the next block's
   copy overlapping the current block's compute);
-- VAE: ``whole`` (the only placement so far: a budget below its estimate cannot run).
+- VAE (``vae_decoder.VAEDecoder``): ``all_frames`` (the up path's frames of a latent frame
+  together), else ``frame_by_frame`` (one video frame at a time), else ``tiled`` (frame by
+  frame, one spatial tile at a time: ``TILES``, the most tiles last, each costing its halo's
+  extra arithmetic).
 
 A stage's estimate is the device bytes of its weights as placed plus an upper bound of its
 activations (``_text_activations``, ``_dit_activations``, ``_vae_activations``: the largest
@@ -26,10 +29,14 @@ import torch
 
 from wanscope.errors import UsageError
 from wanscope.wan.config import WanConfig, dit_tokens, resolve_cfg
+from wanscope.wan.vae_decoder import tile_extent
 
 GIB = 1 << 30
 MARGIN_BYTES = 512 << 20  # caching-allocator rounding, cuBLAS/cuDNN workspaces
 STAGES = ("text_encoder", "dit", "vae")
+# the VAE's tile grids (rows, columns) the planner tries, fewest tiles first; the larger count
+# goes along the longer side. More tiles gain little: each carries ``halo`` pixels around it.
+TILES = ((1, 2), (2, 2), (2, 4))
 
 
 def _tensor_bytes(module: torch.nn.Module) -> int:
@@ -41,7 +48,8 @@ class ModelSizes:
     """Device bytes of each model's parts, from the architecture (built on the meta device).
 
     ``text_blocks``/``dit_blocks``: every block together; ``*_block``: the largest one (a slot);
-    ``text_embedding``: the token table; ``*_rest``: everything else; ``vae``: the decoder."""
+    ``text_embedding``: the token table; ``*_rest``: everything else; ``vae``: the decoder;
+    ``vae_halo``: the latent pixels of context a tile of its up path needs (``Decoder3d.halo``)."""
 
     text_embedding: int
     text_blocks: int
@@ -51,6 +59,7 @@ class ModelSizes:
     dit_block: int
     dit_rest: int
     vae: int
+    vae_halo: int
 
     @classmethod
     def of(cls, config: WanConfig, dtype: torch.dtype, fast, vae_dtype: torch.dtype) -> ModelSizes:
@@ -75,6 +84,7 @@ class ModelSizes:
             dit_block=max(dit_blocks),
             dit_rest=_tensor_bytes(dit) - sum(_tensor_bytes(b) for b in dit.blocks),
             vae=_tensor_bytes(vae),
+            vae_halo=vae.decoder.halo(),
         )
 
 
@@ -112,37 +122,75 @@ def _dit_activations(config: WanConfig, tokens: int, batch: int) -> int:
     return batch * tokens * (16 * d.dim + 4 * d.ffn_dim)
 
 
-def _vae_activations(config: WanConfig, height: int, width: int, frames: int, dtype: torch.dtype) -> int:
-    """The decode's largest live tensors (``vae_decoder``: one latent frame at a time, and at
-    the higher resolutions one video frame at a time): at each resolution the causal caches (2
-    frames of the input of each of its ``2 (num_res_blocks + 1) + 1`` convolutions with a
-    temporal kernel) and, at full resolution, 10 frame planes of ``base_dim`` channels (a
-    convolution's input with its 2 cached frames, that padded, its output, and the residual
-    block's input, norm and skip); plus the decoded video in fp32."""
+def _vae_activations(
+    config: WanConfig,
+    height: int,
+    width: int,
+    frames: int,
+    dtype: torch.dtype,
+    per_frame: bool,
+    tiles: tuple[int, int],
+    halo: int,
+) -> int:
+    """An upper bound of the decode's live tensors (``vae_decoder.VAEDecoder``), the larger of
+    two moments. While decoding: the middle block's output of every latent frame, the video in
+    ``dtype``, and for one tile (its halo included: ``tile_extent``) the causal caches at each
+    resolution (2 frames of the input of each of a level's ``2 (num_res_blocks + 1) + 1``
+    convolutions with a temporal kernel, at the level's output width) and, at full resolution,
+    10 frame planes of ``base_dim`` channels (a convolution's input with its 2 cached frames,
+    that padded, its output, and the residual block's input, norm and skip), for the ``stride[0]``
+    frames of a latent frame together unless ``per_frame``. After: 9 bytes per video value (the
+    fp32 video, ``pipeline.to_frames``' fp32 temporary and its uint8 frames)."""
     v = config.vae
     size = dtype.itemsize
+    sf, sh, sw = v.stride
+    h, w = height // sh, width // sw
+    th, tw = tile_extent(h, tiles[0], halo), tile_extent(w, tiles[1], halo)
+    latent_frames = (frames - 1) // sf + 1
+    video = 3 * frames * height * width
+    middle = v.base_dim * v.dim_mult[-1] * latent_frames * h * w * size
     levels = len(v.dim_mult)
     caches = 0
     for level in range(levels):  # the up blocks, from the latent resolution up
-        scale = 2 ** (levels - 1 - level)
         channels = v.base_dim * v.dim_mult[levels - 1 - level]
         convs = 2 * (v.num_res_blocks + 1) + 1
-        caches += convs * 2 * channels * (height // scale) * (width // scale) * size
-    working = 10 * v.base_dim * height * width * size
-    video = 3 * frames * height * width * 4
-    return caches + working + video
+        caches += convs * 2 * channels * (th << level) * (tw << level) * size
+    working = 10 * v.base_dim * th * sh * tw * sw * size * (1 if per_frame else sf)
+    return max(middle + video * size + caches + working, 9 * video)
+
+
+def _vae_choices(config, height, width, frames, dtype, sizes: ModelSizes) -> dict[str, tuple]:
+    """Each VAE placement, fastest first: name -> (tiles, bytes)."""
+    h, w = height // config.vae.stride[1], width // config.vae.stride[2]
+
+    def need(per_frame: bool, tiles: tuple[int, int]) -> int:
+        act = _vae_activations(config, height, width, frames, dtype, per_frame, tiles, sizes.vae_halo)
+        return sizes.vae + act + MARGIN_BYTES
+
+    choices = {"all_frames": ((1, 1), need(False, (1, 1))), "frame_by_frame": ((1, 1), need(True, (1, 1)))}
+    for rows, cols in TILES:
+        tiles = (rows, cols) if w >= h else (cols, rows)
+        if tiles[0] <= h and tiles[1] <= w:
+            choices[f"tiled {tiles[0]}x{tiles[1]}"] = (tiles, need(True, tiles))
+    return choices
 
 
 @dataclass(frozen=True)
 class MemoryPlan:
     """The placement of each stage and its estimate (bytes) under ``budget_bytes`` (None: no
-    budget, everything resident)."""
+    budget, everything resident); ``vae_tiles``: the VAE's (rows, columns) when it is ``tiled``."""
 
     budget_bytes: int | None
     text_encoder: str
     dit: str
     vae: str
     estimate_bytes: dict[str, int] = field(default_factory=dict)
+    vae_tiles: tuple[int, int] = (1, 1)
+
+    def placement(self, stage: str) -> str:
+        """The stage's placement as shown: ``tiled 1x2`` for a tiled VAE."""
+        name = getattr(self, stage)
+        return f"{name} {self.vae_tiles[0]}x{self.vae_tiles[1]}" if name == "tiled" else name
 
     def describe(self) -> str:
         """One line, e.g. ``memory plan (budget 8.00 GiB, each stage on its own): text encoder streamed (1.77 GiB), ...``."""
@@ -152,17 +200,18 @@ class MemoryPlan:
             else f"budget {self.budget_bytes / GIB:.2f} GiB, each stage on its own"
         )
         parts = [
-            f"{name.replace('_', ' ')} {getattr(self, name)} ({self.estimate_bytes[name] / GIB:.2f} GiB)"
+            f"{name.replace('_', ' ')} {self.placement(name)} ({self.estimate_bytes[name] / GIB:.2f} GiB)"
             for name in STAGES
         ]
         return f"memory plan ({budget}): " + ", ".join(parts)
 
     def as_dict(self) -> dict:
-        """For the sidecar and ``report.json``: ``budget_bytes``, each stage's placement and
-        ``estimate_bytes``."""
+        """For the sidecar and ``report.json``: ``budget_bytes``, each stage's placement,
+        ``vae_tiles`` and ``estimate_bytes``."""
         return {
             "budget_bytes": self.budget_bytes,
             **{name: getattr(self, name) for name in STAGES},
+            "vae_tiles": list(self.vae_tiles),
             "estimate_bytes": dict(self.estimate_bytes),
         }
 
@@ -196,6 +245,7 @@ def plan_memory(
     batch = 2 if guidance > 1.0 and resolve_cfg(cfg, tokens) == "batched" else 1
     text_act = _text_activations(config, prompts, dtype) + MARGIN_BYTES
     dit_act = _dit_activations(config, tokens, batch) + MARGIN_BYTES
+    vae = _vae_choices(config, height, width, frames, vae_dtype, sizes)
     options = {
         "text_encoder": {
             "resident": sizes.text_embedding + sizes.text_blocks + sizes.text_rest + text_act,
@@ -205,7 +255,7 @@ def plan_memory(
             "resident": sizes.dit_blocks + sizes.dit_rest + dit_act,
             "streamed": 2 * sizes.dit_block + sizes.dit_rest + dit_act,
         },
-        "vae": {"whole": sizes.vae + _vae_activations(config, height, width, frames, vae_dtype) + MARGIN_BYTES},
+        "vae": {name: need for name, (_, need) in vae.items()},
     }
     chosen, estimate = {}, {}
     for stage, choices in options.items():
@@ -218,7 +268,8 @@ def plan_memory(
                 f"works is {-(-smallest * 100 // GIB) / 100:.2f} GiB (the {worst.replace('_', ' ')} stage)"
             )
         chosen[stage], estimate[stage] = fits[0]
-    return MemoryPlan(budget_bytes, chosen["text_encoder"], chosen["dit"], chosen["vae"], estimate)
+    vae_name, tiles = chosen["vae"].split(" ")[0], vae[chosen["vae"]][0]
+    return MemoryPlan(budget_bytes, chosen["text_encoder"], chosen["dit"], vae_name, estimate, tiles)
 
 
 def plan_for(parts, req, dit, budget_gib: float | None, fast="auto") -> MemoryPlan | None:

@@ -311,8 +311,8 @@ def denoise(
 @dataclass
 class Result:
     """A generated video: [F, H, W, 3] uint8 frames on the CPU (None on ranks other than 0),
-    the final latents [1, C, F', H', W'] fp32 on the CPU, per-stage peak memory (bytes, None
-    without CUDA), the DiT's ops that ran (``wan.dit.Kernels`` value), the wall time of each
+    the final latents [1, C, F', H', W'] fp32 on the CPU, per-stage peak memory (PyTorch's
+    allocated and the caching allocator's reserved, bytes, None without CUDA), the DiT's ops that ran (``wan.dit.Kernels`` value), the wall time of each
     stage (``stage_s``: ``text_encoder_load``, ``text_encoding``, ``dit_load``, ``denoising``,
     ``vae_load``, ``vae_decode`` with the frames' conversion, in s; a rank other than 0 has no
     VAE stages) and of each denoising step (``step_s``, s; ``timing.StepTimes``)."""
@@ -321,14 +321,16 @@ class Result:
     latents: torch.Tensor
     peak_memory_bytes: dict[str, int | None]
     kernels: str
+    peak_reserved_bytes: dict[str, int | None] = field(default_factory=dict)
     stage_s: dict[str, float] = field(default_factory=dict)
     step_s: list[float] = field(default_factory=list)
 
 
-def _peak(device: torch.device) -> int | None:
+def _peak(device: torch.device) -> tuple[int | None, int | None]:
+    """(allocated, reserved) at their peaks since the last call, bytes; Nones off CUDA."""
     if device.type != "cuda":
-        return None
-    peak = torch.cuda.max_memory_allocated(device)
+        return None, None
+    peak = torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)
     torch.cuda.reset_peak_memory_stats(device)
     return peak
 
@@ -388,7 +390,7 @@ def generate(
         if parts.fast is not None and parallel.ulysses_degree > 1:
             raise UsageError("the fast mode does not run under Ulysses sequence parallelism yet; use --parallel cfg")
         parallel.agree(**asdict(req), preset=config.name, dtype=str(parts.dtype), checkpoint=str(parts.checkpoint))
-    peaks = {}
+    peaks, reserved = {}, {}
     _peak(device)
     stage = StageTimes(device)
     steps = StepTimes(device)
@@ -406,7 +408,7 @@ def generate(
         cond, uncond = encode_prompts(parts, req, parallel, encoder=encoder)
     del encoder
     release()
-    peaks["text_encoding"] = _peak(device)
+    peaks["text_encoding"], reserved["text_encoding"] = _peak(device)
 
     with stage("dit_load"):
         dit = parts.dit()
@@ -418,8 +420,14 @@ def generate(
         latents = sample(dit, req, cond, uncond, config, device, step_done, parallel)
     del dit, cond, uncond
     release()
-    peaks["denoising"] = _peak(device)
-    done = {"peak_memory_bytes": peaks, "kernels": kernels, "stage_s": stage.s, "step_s": steps.seconds()}
+    peaks["denoising"], reserved["denoising"] = _peak(device)
+    done = {
+        "peak_memory_bytes": peaks,
+        "peak_reserved_bytes": reserved,
+        "kernels": kernels,
+        "stage_s": stage.s,
+        "step_s": steps.seconds(),
+    }
     if parallel is not None and not parallel.is_main:
         return Result(frames=None, latents=latents.cpu(), **done)
 
@@ -428,11 +436,11 @@ def generate(
     with stage("vae_load"):
         vae = parts.vae()
     with stage("vae_decode"):
-        video = decode(vae, latents, config.vae)  # [1, 3, F, H, W] in [-1, 1]
+        video = decode(vae, latents, config.vae, parts.plan)  # [1, 3, F, H, W] in [-1, 1]
         frames = to_frames(video)
     del vae, video
     release()
-    peaks["vae_decode"] = _peak(device)
+    peaks["vae_decode"], reserved["vae_decode"] = _peak(device)
     return Result(frames=frames, latents=latents.cpu(), **done)
 
 
@@ -474,4 +482,5 @@ def sample(
 
 def to_frames(video: torch.Tensor) -> torch.Tensor:
     """The VAE's [1, 3, F, H, W] in [-1, 1] -> frames [F, H, W, 3] uint8 on the CPU."""
-    return ((video[0].permute(1, 2, 3, 0) + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).cpu()
+    values = video[0].permute(1, 2, 3, 0) + 1  # the one full-size temporary, then in place
+    return values.mul_(127.5).round_().clamp_(0, 255).to(torch.uint8).cpu()

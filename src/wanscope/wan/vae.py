@@ -190,11 +190,14 @@ def channels_last(vae: torch.nn.Module) -> torch.nn.Module:
 
 
 @torch.no_grad()
-def decode(vae: VAEDecoder, latents: torch.Tensor, cfg: VAEConfig) -> torch.Tensor:
+def decode(vae: VAEDecoder, latents: torch.Tensor, cfg: VAEConfig, plan=None) -> torch.Tensor:
     """Normalized DiT latents -> video.
 
     Args:
         latents: [B, z_dim, F, H, W], any float dtype.
+        plan: the run's ``memory_plan.MemoryPlan``, whose ``vae`` placement says how the
+            decoder runs (all frames, frame by frame or tiled: ``VAEDecoder.forward``); None:
+            frame by frame, untiled.
 
     Returns:
         [B, 3, 4*(F-1)+1, 8*H, 8*W] fp32 in [-1, 1].
@@ -203,4 +206,6 @@ def decode(vae: VAEDecoder, latents: torch.Tensor, cfg: VAEConfig) -> torch.Tens
     mean = torch.tensor(cfg.latents_mean, device=latents.device).view(1, -1, 1, 1, 1)
     std = torch.tensor(cfg.latents_std, device=latents.device).view(1, -1, 1, 1, 1)
     z = (latents.float() * std + mean).to(dtype)
-    return vae(z).float().clamp(-1, 1)
+    per_frame = plan is None or plan.vae != "all_frames"
+    tiles = (1, 1) if plan is None else plan.vae_tiles
+    return vae(z, per_frame, tiles).float().clamp_(-1, 1)

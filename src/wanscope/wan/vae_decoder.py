@@ -28,6 +28,8 @@ is saved and the official names map onto them (``vae.decoder_key``).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -178,8 +180,9 @@ class UpBlock(nn.Module):
 
 
 class Decoder3d(nn.Module):
-    """One latent chunk [B, z_dim, T, H, W] -> video frames [B, 3, T', 8H, 8W] (Wan2.1's strides),
-    the causal history in ``cache``."""
+    """The decoder's layers, run one latent frame at a time as ``up(middle(x, cache), cache)``:
+    [B, z_dim, 1, H, W] -> video frames [B, 3, T', 8H, 8W] (Wan2.1's strides), the causal
+    history in ``cache``."""
 
     def __init__(self, cfg: VAEConfig):
         super().__init__()
@@ -196,27 +199,63 @@ class Decoder3d(nn.Module):
         self.norm_out = RMSNorm(widths[-1])
         self.conv_out = CausalConv3d(widths[-1], 3, 3)
 
-    def forward(self, x: torch.Tensor, cache: Cache) -> torch.Tensor:
-        return self._up(self.mid_block(self.conv_in(x, cache), cache), 0, cache)
+    def middle(self, x: torch.Tensor, cache: Cache) -> torch.Tensor:
+        """One latent frame [B, z_dim, 1, H, W] through ``conv_in`` and the middle block:
+        [B, widths[0], 1, H, W]. Its attention mixes every position of the frame, so this part
+        runs on whole frames; everything after it is local in space (``halo``)."""
+        return self.mid_block(self.conv_in(x, cache), cache)
 
-    def _up(self, x: torch.Tensor, level: int, cache: Cache) -> torch.Tensor:
-        """``x`` through up block ``level`` and everything after it, each frame that block
-        makes going on alone. The operations after it act per frame or through the causal
-        caches, which carry the frames before, so this is the arithmetic of the frames all at
-        once; the higher resolutions then hold one frame's working tensors, not four."""
+    def up(self, x: torch.Tensor, cache: Cache, per_frame: bool = True, level: int = 0) -> torch.Tensor:
+        """The middle block's output for one latent frame through up block ``level`` and
+        everything after it: [B, widths[0], 1, h, w] -> [B, 3, T', 8h, 8w].
+
+        ``per_frame``: after each up block, every frame it made goes on alone. The operations
+        after it act per frame or through the causal caches, which carry the frames before, so
+        this is the arithmetic of the frames all at once; the higher resolutions then hold one
+        frame's working tensors, not four. Else the frames go on together (faster, more memory).
+        """
         if level == len(self.up_blocks):
             return self.conv_out(F.silu(self.norm_out(x)), cache)
         x = self.up_blocks[level](x, cache)
-        return torch.cat([self._up(x[:, :, t : t + 1], level + 1, cache) for t in range(x.shape[2])], dim=2)
+        if not per_frame:
+            return self.up(x, cache, per_frame, level + 1)
+        return torch.cat([self.up(x[:, :, t : t + 1], cache, per_frame, level + 1) for t in range(x.shape[2])], dim=2)
+
+    def halo(self) -> int:
+        """Latent pixels of context a tile of the up path needs on each side for its inner part
+        to come out as in the whole frame: the up path's receptive radius, each convolution of
+        kernel k adding ``k // 2`` pixels at its resolution (1/2 latent pixel after one 2x
+        upsampling, 1/4 after two, ...), rounded up. 13 for Wan2.1's VAE (12.25)."""
+        reach, scale = 0.0, 1
+        for block in self.up_blocks:
+            for resnet in block.resnets:
+                reach += (resnet.conv1.kernel_size[-1] // 2 + resnet.conv2.kernel_size[-1] // 2) / scale
+            for upsampler in block.upsamplers:
+                scale *= 2
+                reach += (upsampler.resample[1].kernel_size[-1] // 2) / scale
+        return math.ceil(reach + (self.conv_out.kernel_size[-1] // 2) / scale)
 
 
 class VAEDecoder(nn.Module):
     """Un-normalized latents -> video.
 
-    ``forward(z)``: z [B, z_dim, F, H, W] in the parameters' dtype (the DiT's latents already
-    multiplied by ``latents_std`` and shifted by ``latents_mean``: ``vae.decode``) ->
-    [B, 3, 1 + 4 (F - 1), 8H, 8W] (Wan2.1's strides, ``cfg.stride``) in the parameters' dtype, not
-    clamped. Decodes frame by frame, without gradients.
+    ``forward(z, per_frame=True, tiles=(1, 1))``: z [B, z_dim, F, H, W] in the parameters' dtype
+    (the DiT's latents already multiplied by ``latents_std`` and shifted by ``latents_mean``:
+    ``vae.decode``) -> [B, 3, 1 + 4 (F - 1), 8H, 8W] (Wan2.1's strides, ``cfg.stride``) in the
+    parameters' dtype, not clamped, without gradients. Every latent frame goes through
+    ``Decoder3d.middle`` first, their outputs kept ([B, widths[0], F, H, W]); then the up path
+    (``Decoder3d.up``, ``per_frame`` as there), whose working tensors and causal caches are most
+    of the decode's memory, runs latent frame by latent frame into the video, one spatial tile
+    after another with ``tiles`` (rows, columns): each tile with ``Decoder3d.halo`` latent pixels
+    of its neighbours around it, cropped off after, all frames of a tile before the next and its
+    caches freed after it. Every operation of the up path is local in space within that halo
+    (convolutions zero-padded only at the frame's edges, nearest upsampling, per-position norms),
+    so a tile's inner part is the whole frame's arithmetic: equal but for the rounding of
+    convolutions whose algorithm depends on the input's size (tested in float64 on the CPU; the
+    GPU's PSNR against the untiled decode: ``benchmarks/vae_decode.py``).
+
+    Raises:
+        ValueError: more tile rows or columns than latent pixels.
     """
 
     def __init__(self, cfg: VAEConfig):
@@ -226,10 +265,27 @@ class VAEDecoder(nn.Module):
         self.decoder = Decoder3d(cfg)
 
     @torch.no_grad()
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
+    def forward(self, z: torch.Tensor, per_frame: bool = True, tiles: tuple[int, int] = (1, 1)) -> torch.Tensor:
         x = self.post_quant_conv(z)
         cache: Cache = {}
-        return torch.cat([self.decoder(x[:, :, i : i + 1], cache) for i in range(x.shape[2])], dim=2)
+        middle = torch.cat([self.decoder.middle(x[:, :, i : i + 1], cache) for i in range(x.shape[2])], dim=2)
+        del x, cache
+        b, _, frames, h, w = middle.shape
+        sf, sh, sw = self.cfg.stride
+        video = middle.new_empty(b, 3, 1 + sf * (frames - 1), sh * h, sw * w)
+        halo = self.decoder.halo()
+        for r0, r1 in _spans(h, tiles[0]):
+            for c0, c1 in _spans(w, tiles[1]):
+                t0, t1, u0, u1 = max(r0 - halo, 0), min(r1 + halo, h), max(c0 - halo, 0), min(c1 + halo, w)
+                cache = {}
+                start = 0
+                for i in range(frames):
+                    out = self.decoder.up(middle[:, :, i : i + 1, t0:t1, u0:u1], cache, per_frame)
+                    inner = out[..., sh * (r0 - t0) : sh * (r1 - t0), sw * (c0 - u0) : sw * (c1 - u0)]
+                    video[:, :, start : start + out.shape[2], sh * r0 : sh * r1, sw * c0 : sw * c1] = inner
+                    start += out.shape[2]
+                del cache
+        return video
 
     @torch.no_grad()
     def init_weights(self) -> None:
@@ -249,3 +305,20 @@ class VAEDecoder(nn.Module):
                 uniform_(m.bias, bound)
             elif isinstance(m, RMSNorm):
                 m.gamma.fill_(1)
+
+
+def _spans(n: int, parts: int) -> list[tuple[int, int]]:
+    """``n`` positions in ``parts`` near-equal consecutive [start, end) spans.
+
+    Raises:
+        ValueError: ``parts`` not in 1..n."""
+    if not 1 <= parts <= n:
+        raise ValueError(f"{parts} tiles across {n} latent pixels")
+    edges = [n * k // parts for k in range(parts + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def tile_extent(n: int, parts: int, halo: int) -> int:
+    """The largest tile, its halo included, of ``n`` latent pixels cut into ``parts``
+    (``VAEDecoder.forward``'s tiles): for the memory planner's estimate."""
+    return max(min(b + halo, n) - max(a - halo, 0) for a, b in _spans(n, parts))

@@ -68,6 +68,9 @@ def nvml_used(index: int = 0) -> int:
 def child(spec: dict) -> dict:
     """One ``generate`` in this process under ``spec["budget_gib"]`` (None: uncapped)."""
     before = nvml_used()
+    from wanscope.wan.options import engine_allocator
+
+    engine_allocator()  # as the command sets it, before this process starts CUDA
     import torch
 
     torch.cuda.init()
@@ -121,6 +124,7 @@ def child(spec: dict) -> dict:
         for name, a, b in windows
     }
     result = {
+        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
         "context_gib": round(context / GIB, 3),
         "peak_gib": round((max(u for _, u in samples) - before) / GIB, 3),
         "stage_peak_gib": stage_peak,

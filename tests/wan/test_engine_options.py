@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -292,3 +293,14 @@ def test_the_other_parts_are_read_before_any_model_loads(two_head_checkpoint, tm
     with pytest.raises(InputError) as e:
         resolve_with(ckpt)
     assert str(e.value).startswith(f"{ckpt / part}: {message}")
+
+
+def test_the_engine_allocator_expands_segments_unless_told_otherwise(monkeypatch):
+    from wanscope.wan.options import engine_allocator
+
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    engine_allocator()
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "")  # a user's own setting, even none, wins
+    engine_allocator()
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == ""

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from wanscope.errors import UsageError
 from wanscope.wan.config import PRESETS
 from wanscope.wan.dit import WanDiT
-from wanscope.wan.memory_plan import GIB, ModelSizes, plan_memory
+from wanscope.wan.memory_plan import CONTEXT_BYTES, GIB, ModelSizes, plan_memory
 from wanscope.wan.precision import FastConfig, apply_fast_mode
 from wanscope.wan.text_encoder import load_umt5
 from wanscope.wan.vae import load_vae
@@ -46,6 +46,11 @@ def test_sizes_are_those_of_the_loaded_models(fast):
     assert sizes.vae == _bytes(load_vae(None, TINY.vae, torch.float32, "cpu"))
 
 
+def _budget(need: int) -> float:
+    """The budget (GiB) that holds a stage of ``need`` bytes: the CUDA context comes on top."""
+    return (need + CONTEXT_BYTES) / GIB
+
+
 def _plan(config, size, budget_gib, fast=None, vae_dtype=torch.float32):
     height, width = size
     budget = None if budget_gib is None else int(budget_gib * GIB)
@@ -66,17 +71,17 @@ def test_the_vae_decodes_frame_by_frame_then_in_more_tiles_as_the_budget_shrinks
         plan = _plan(SMALL, size, budget_gib)
         return plan.placement("vae"), plan.estimate_bytes["vae"]
 
-    seen, budget = {}, max(_plan(SMALL, (480, 832), None).estimate_bytes.values()) / GIB
+    seen, budget = {}, _budget(max(_plan(SMALL, (480, 832), None).estimate_bytes.values()))
     while True:
         try:
             placement, need = vae_at(budget)
         except UsageError:
             break
         seen[placement] = need
-        budget = (need - 1) / GIB
+        budget = _budget(need - 1)
     assert list(seen) == ["all_frames", "frame_by_frame", "tiled 1x2", "tiled 2x2", "tiled 2x4"]
     assert vae_at(None, (832, 480))[0] == "all_frames"
-    tall = _plan(SMALL, (832, 480), (seen["frame_by_frame"] - 1) / GIB)
+    tall = _plan(SMALL, (832, 480), _budget(seen["frame_by_frame"] - 1))
     assert tall.vae == "tiled" and tall.vae_tiles == (2, 1)
     assert tall.as_dict()["vae_tiles"] == list(tall.vae_tiles)
     assert f"vae tiled {tall.vae_tiles[0]}x{tall.vae_tiles[1]} (" in tall.describe()
@@ -84,18 +89,18 @@ def test_the_vae_decodes_frame_by_frame_then_in_more_tiles_as_the_budget_shrinks
 
 def test_each_stage_streams_only_when_resident_does_not_fit():
     full = _plan(SMALL, (480, 832), None).estimate_bytes
-    big = max(full.values()) / GIB
+    big = _budget(max(full.values()))
     assert (_plan(SMALL, (480, 832), big).text_encoder, _plan(SMALL, (480, 832), big).dit) == ("resident", "resident")
     # a budget just under the text encoder's resident need streams it and keeps the DiT resident
-    below_text = (full["text_encoder"] - 1) / GIB
-    plan = _plan(SMALL, (480, 832), max(below_text, full["vae"] / GIB, full["dit"] / GIB))
+    below_text = _budget(full["text_encoder"] - 1)
+    plan = _plan(SMALL, (480, 832), max(below_text, _budget(full["vae"]), _budget(full["dit"])))
     if full["text_encoder"] > max(full["vae"], full["dit"]):
         assert (plan.text_encoder, plan.dit) == ("streamed", "resident")
         assert plan.estimate_bytes["text_encoder"] < full["text_encoder"]
     # the 14B DiT (28 GB of bf16 weights) streams in 24 GiB; its text encoder stays resident there
     plan = _plan(LARGE, (720, 1280), 24)
     assert (plan.text_encoder, plan.dit) == ("resident", "streamed")
-    assert all(v <= 24 * GIB for v in plan.estimate_bytes.values())
+    assert all(v <= 24 * GIB - CONTEXT_BYTES for v in plan.estimate_bytes.values())
 
 
 def test_a_budget_too_small_names_the_smallest_that_works():

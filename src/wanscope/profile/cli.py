@@ -23,7 +23,7 @@ from wanscope.errors import UsageError
 from wanscope.profile import options as defaults
 from wanscope.profile.command import ENGINE_ONLY, STEP_RULES, Window
 from wanscope.wan import cli_options as opt
-from wanscope.wan.options import RANDOM_NOTE, require_engine
+from wanscope.wan.options import RANDOM_NOTE, engine_allocator, require_engine
 
 
 def child_argv(opts, out_dir: Path, role: str, *extra: str) -> list[str]:
@@ -177,6 +177,7 @@ def profile(
     if ncu is not None and ncu != "attention":
         raise UsageError(f"--ncu {ncu!r}: our engine's run takes --ncu attention; a kernel regex goes with a COMMAND")
     require_engine("profile")
+    engine_allocator()
     import torch
 
     from wanscope.profile.options import resolve

@@ -16,7 +16,7 @@ import click
 
 from wanscope.errors import InputError, UsageError
 from wanscope.wan import cli_options as opt
-from wanscope.wan.options import RANDOM_NOTE, require_engine
+from wanscope.wan.options import RANDOM_NOTE, engine_allocator, require_engine
 
 
 def check_latents_path(path: Path, out: Path) -> None:
@@ -79,6 +79,7 @@ def save_tensor(tensor, path: Path) -> None:
 def generate(out, save_latents, fast_spec, **engine):
     """Generate a video from a text prompt (Wan2.1 T2V)."""
     require_engine("generate")
+    engine_allocator()
     from wanscope.report.write import make_dir, remove_dirs
     from wanscope.wan.video import check_outputs
 

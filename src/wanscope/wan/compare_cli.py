@@ -14,7 +14,7 @@ import click
 from wanscope.clitools import format_option
 from wanscope.errors import InputError
 from wanscope.wan import cli_options as opt
-from wanscope.wan.options import require_engine
+from wanscope.wan.options import engine_allocator, require_engine
 
 # Wan2.1's own T2V example prompt (official generate.py, EXAMPLE_PROMPT["t2v-1.3B"])
 DEFAULT_PROMPT = (
@@ -71,6 +71,7 @@ def _db(x: float) -> str:
 def compare_modes(prompts, prompts_file, fast_spec, fmt, **engine):
     """PSNR and SSIM of the fast mode's videos against the exact mode's, per prompt and overall."""
     require_engine("compare-modes")
+    engine_allocator()
     import torch
 
     from wanscope.wan.attention import parse_backend

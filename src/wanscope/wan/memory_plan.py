@@ -17,7 +17,9 @@ placement that fits:
 A stage's estimate is the device bytes of its weights as placed plus an upper bound of its
 activations (``_text_activations``, ``_dit_activations``, ``_vae_activations``: the largest
 tensors each holds at once, from its architecture) plus ``MARGIN_BYTES`` for the allocator's
-rounding and the libraries' workspaces. ``benchmarks/memory.py`` measures the peaks against
+rounding and the libraries' workspaces; it must fit the budget less ``CONTEXT_BYTES``. The
+engine's commands run PyTorch's allocator with expandable segments (``options.engine_allocator``),
+so that what it reserves stays near what it allocates. ``benchmarks/memory.py`` measures the peaks against
 the estimates.
 """
 
@@ -37,6 +39,14 @@ STAGES = ("text_encoder", "dit", "vae")
 # the VAE's tile grids (rows, columns) the planner tries, fewest tiles first; the larger count
 # goes along the longer side. More tiles gain little: each carries ``halo`` pixels around it.
 TILES = ((1, 2), (2, 2), (2, 4))
+# the VAE decode's working tensors, in frame planes of ``base_dim`` channels at full resolution
+# (``_vae_activations``): counted from its operations and rounded up to what an H200 measured
+# for every placement in fp32 and bf16 (``benchmarks/vae_decode.py --placements``; RESULTS.md);
+# all frames together hold the 4 frames of a latent frame, but not 4 times every temporary
+WORKING_PLANES = {"frame_by_frame": 16, "all_frames": 36}
+# the CUDA context, the kernels' code and the libraries' memory outside PyTorch's allocator: a
+# budget is the device memory the run may use in all (NVML's count), so the stages get it less this
+CONTEXT_BYTES = 768 << 20
 
 
 def _tensor_bytes(module: torch.nn.Module) -> int:
@@ -136,11 +146,12 @@ def _vae_activations(
     two moments. While decoding: the middle block's output of every latent frame, the video in
     ``dtype``, and for one tile (its halo included: ``tile_extent``) the causal caches at each
     resolution (2 frames of the input of each of a level's ``2 (num_res_blocks + 1) + 1``
-    convolutions with a temporal kernel, at the level's output width) and, at full resolution,
-    10 frame planes of ``base_dim`` channels (a convolution's input with its 2 cached frames,
-    that padded, its output, and the residual block's input, norm and skip), for the ``stride[0]``
-    frames of a latent frame together unless ``per_frame``. After: 9 bytes per video value (the
-    fp32 video, ``pipeline.to_frames``' fp32 temporary and its uint8 frames)."""
+    convolutions with a temporal kernel, at the level's output width) and the working tensors:
+    ``WORKING_PLANES`` frame planes of ``base_dim`` channels at full resolution (a convolution's
+    input with its 2 cached frames, that padded, its output, the residual block's input, norm
+    temporaries and skip, the upsampler's fp32 interpolation at twice the channels, cuDNN's
+    workspace). After: 9 bytes per video value (the fp32 video, ``pipeline.to_frames``' fp32
+    temporary and its uint8 frames)."""
     v = config.vae
     size = dtype.itemsize
     sf, sh, sw = v.stride
@@ -155,7 +166,8 @@ def _vae_activations(
         channels = v.base_dim * v.dim_mult[levels - 1 - level]
         convs = 2 * (v.num_res_blocks + 1) + 1
         caches += convs * 2 * channels * (th << level) * (tw << level) * size
-    working = 10 * v.base_dim * th * sh * tw * sw * size * (1 if per_frame else sf)
+    planes = WORKING_PLANES["frame_by_frame" if per_frame else "all_frames"]
+    working = planes * v.base_dim * th * sh * tw * sw * size
     return max(middle + video * size + caches + working, 9 * video)
 
 
@@ -228,7 +240,8 @@ def plan_memory(
     vae_dtype: torch.dtype,
     budget_bytes: int | None,
 ) -> MemoryPlan:
-    """The fastest placement of each stage that fits ``budget_bytes`` (module docstring).
+    """The fastest placement of each stage that fits ``budget_bytes`` less ``CONTEXT_BYTES``
+    (module docstring).
 
     Args:
         cfg: the request's CFG mode (``auto`` resolved here as the run resolves it).
@@ -257,11 +270,12 @@ def plan_memory(
         },
         "vae": {name: need for name, (_, need) in vae.items()},
     }
+    usable = None if budget_bytes is None else budget_bytes - CONTEXT_BYTES
     chosen, estimate = {}, {}
     for stage, choices in options.items():
-        fits = [(name, need) for name, need in choices.items() if budget_bytes is None or need <= budget_bytes]
+        fits = [(name, need) for name, need in choices.items() if usable is None or need <= usable]
         if not fits:
-            smallest = max(min(c.values()) for c in options.values())
+            smallest = max(min(c.values()) for c in options.values()) + CONTEXT_BYTES
             worst = max(options, key=lambda s: min(options[s].values()))
             raise UsageError(
                 f"--memory-budget {budget_bytes / GIB:.2f} GiB cannot hold this run: the smallest budget that "

@@ -60,6 +60,16 @@ def require_engine(command: str) -> None:
         )
 
 
+def engine_allocator() -> None:
+    """PyTorch's caching allocator with expandable segments for our engine's commands, unless
+    ``PYTORCH_CUDA_ALLOC_CONF`` is set: a segment then grows in place instead of a new one being
+    cut for each new size, so the memory reserved stays near the memory allocated (the VAE
+    decode's many tensor sizes otherwise left gigabytes reserved and unused: benchmarks/RESULTS.md),
+    which is what ``--memory-budget`` plans for. Call before CUDA's first allocation, when the
+    allocator reads the setting (``docs.pytorch.org/docs/stable/notes/cuda.html``)."""
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+
+
 def parse_size(text: str) -> tuple[int, int]:
     """``WIDTHxHEIGHT`` (as the official CLI: ``832x480``) -> (height, width).
 

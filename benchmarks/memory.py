@@ -214,10 +214,17 @@ def main() -> None:
                             case["step_ratio"] = round(case["step_s"] / uncapped, 3)
                         print(json.dumps(case), flush=True)
                         cases.append(case)
+                        write_result(args.out, "memory", result(args, cases), args.label)  # so far
                 shutil.rmtree(folder)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result = {
+    print(write_result(args.out, "memory", result(args, cases), args.label))
+
+
+def result(args, cases: list) -> dict:
+    import torch
+
+    return {
         "benchmark": "memory",
         "date": datetime.date.today().isoformat(),
         "commit": os.environ.get("WANSCOPE_COMMIT") or git_commit(),
@@ -229,7 +236,6 @@ def main() -> None:
         "frames": 81,
         "cases": cases,
     }
-    print(write_result(args.out, "memory", result, args.label))
 
 
 if __name__ == "__main__":

@@ -45,8 +45,8 @@ TILES = ((1, 2), (2, 2), (2, 4))
 # all frames together hold the 4 frames of a latent frame, but not 4 times every temporary
 WORKING_PLANES = {"frame_by_frame": 16, "all_frames": 36}
 # what the allocator reserves for the VAE's activations, per byte allocated: its tensors of many
-# sizes leave free blocks between live ones, even with expandable segments (1.16x frame by frame
-# and 1.24x all frames on an H200, in fp32: RESULTS.md)
+# sizes leave free blocks between live ones, even with expandable segments (rounded up from an
+# H200's frame-by-frame and all-frames decodes: benchmarks/RESULTS.md, 2026-12-03)
 VAE_RESERVED_FACTOR = 1.25
 # the CUDA context, the kernels' code and the libraries' memory outside PyTorch's allocator: a
 # budget is the device memory the run may use in all (NVML's count), so the stages get it less this

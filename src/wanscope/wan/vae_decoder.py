@@ -207,7 +207,7 @@ class Decoder3d(nn.Module):
 
     def up(self, x: torch.Tensor, cache: Cache, per_frame: bool = True, level: int = 0) -> torch.Tensor:
         """The middle block's output for one latent frame through up block ``level`` and
-        everything after it: [B, widths[0], 1, h, w] -> [B, 3, T', 8h, 8w].
+        everything after it: [B, widths[0], 1, h, w] -> [B, 3, T', 8*h, 8*w].
 
         ``per_frame``: after each up block, every frame it made goes on alone. The operations
         after it act per frame or through the causal caches, which carry the frames before, so

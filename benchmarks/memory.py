@@ -11,7 +11,8 @@ checkpoint of the real sizes with random values (``write_checkpoint.py``; the 1.
   minus that context, so a plan that overshoots fails with an out-of-memory error;
 - polls NVML every 20 ms while ``generate --memory-budget B`` runs in the process;
 - reports ``peak_gib`` (NVML in use at its peak minus before CUDA started), the same per stage
-  (``stage_peak_gib``: each stage's window, from the pipeline's stage timer), the sidecar's
+  (``stage_peak_gib``: each stage's window, from the pipeline's stage timer) and the process's
+  resident memory per stage (``stage_host_gib``, sampled with NVML), the sidecar's
   ``max_memory_allocated`` and ``max_memory_reserved`` per stage, the plan, the median steady step (``step_s``: the steps
   after the first), the loads (``load_s``: the three models' load stages) and its own peak
   RSS (``host_peak_gib``).
@@ -85,7 +86,8 @@ def child(spec: dict) -> dict:
 
     def poll():
         while not done.is_set():
-            samples.append((time.perf_counter(), nvml_used()))
+            rss = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            samples.append((time.perf_counter(), nvml_used(), rss))
             time.sleep(0.02)
 
     from wanscope.wan import timing
@@ -120,14 +122,18 @@ def child(spec: dict) -> dict:
     done.set()
     sampler.join()
     stage_peak = {
-        name: round((max((u for t, u in samples if a <= t <= b), default=before) - before) / GIB, 3)
+        name: round((max((u for t, u, _ in samples if a <= t <= b), default=before) - before) / GIB, 3)
         for name, a, b in windows
+    }
+    stage_host = {
+        name: round(max((r for t, _, r in samples if a <= t <= b), default=0) / GIB, 3) for name, a, b in windows
     }
     result = {
         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
         "context_gib": round(context / GIB, 3),
-        "peak_gib": round((max(u for _, u in samples) - before) / GIB, 3),
+        "peak_gib": round((max(u for _, u, _ in samples) - before) / GIB, 3),
         "stage_peak_gib": stage_peak,
+        "stage_host_gib": stage_host,
         "host_peak_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB, 3),
         "wall_s": round(wall, 3),
         "error": error,

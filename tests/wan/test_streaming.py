@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +130,47 @@ def test_streamed_dit_on_cuda_equals_resident(mode):
         for _ in range(3):
             assert torch.equal(host(*inputs), want)
     torch.cuda.synchronize()
+
+
+def _mapped_rss_bytes(path) -> int:
+    """Resident bytes of this process's mappings of ``path`` (``/proc/self/smaps``)."""
+    total, inside = 0, False
+    for line in open("/proc/self/smaps"):
+        fields = line.split()
+        if "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+            inside = len(fields) == 6 and fields[5] == str(path)
+        elif inside and fields[0] == "Rss:":
+            total += int(fields[1]) << 10
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads Linux's /proc/self/smaps")
+def test_packing_a_memory_mapped_checkpoint_keeps_one_copy_resident(tmp_path):
+    """The blocks packed from a checkpoint's memory map (as ``load_dit`` leaves a streamed
+    DiT's tensors): the map's pages read for it leave the process block by block (a few
+    boundary pages stay, not the file: 16 MB of them stayed before), and the streamed model
+    computes what it computed resident, bit for bit (the pages dropped were not written)."""
+    from safetensors.torch import load_file, save_file
+
+    cfg = dataclasses.replace(DIT, dim=256, ffn_dim=512)
+    torch.manual_seed(0)
+    path = tmp_path / "dit.safetensors"
+    save_file({k: v.contiguous() for k, v in WanDiT.random(cfg, torch.float32, "cpu").state_dict().items()}, path)
+    with torch.device("meta"):
+        model = WanDiT(cfg)
+    model.load_state_dict(load_file(path), assign=True)  # the tensors are views of the file's map
+    model.eval().requires_grad_(False)
+    block_bytes = sum(p.numel() * p.element_size() for b in model.blocks for p in b.parameters())
+    assert block_bytes > 8 << 20
+    latents, t, context = _dit_inputs("cpu")
+    with torch.no_grad():
+        want = model(latents, t, context)
+    assert _mapped_rss_bytes(path) >= block_bytes  # the forward read every block's pages
+    model.block_stream = stream_blocks(model, model.blocks, "cpu", pin=True)
+    assert model.block_stream.host_bytes >= block_bytes
+    rest_bytes = path.stat().st_size - block_bytes  # the header, the other tensors and buffers
+    # the rest's pages stay, and a few around each block's ends (its partial pages, and what
+    # the kernel maps around a fault: 16 pages on Linux)
+    assert _mapped_rss_bytes(path) <= rest_bytes + (128 << 10) * cfg.num_layers
+    with torch.no_grad():
+        assert torch.equal(model(latents, t, context), want)

@@ -18,8 +18,12 @@ its weights (``state_dict``) before streaming, not after.
 
 from __future__ import annotations
 
+import bisect
+import ctypes
+import mmap
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -44,6 +48,40 @@ def _extent(t: torch.Tensor) -> tuple[int, int]:
         return start, start
     last = sum((n - 1) * s for n, s in zip(t.size(), t.stride(), strict=True))
     return start, start + (last + 1) * t.element_size()
+
+
+def _file_mappings() -> list[tuple[int, int]]:
+    """The address ranges [lo, hi) of this process's memory-mapped regular files, sorted
+    (``/proc/self/maps`` lines with a path, but not ``/dev/`` files, ``memfd:`` or deleted
+    files, which may stand for anonymous memory); empty where there are none (not Linux)."""
+    try:
+        lines = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        return []
+    ranges = []
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        path = fields[5] if len(fields) == 6 else ""
+        if path.startswith("/") and not path.startswith(("/dev/", "/memfd:")) and not path.endswith("(deleted)"):
+            lo, hi = fields[0].split("-")
+            ranges.append((int(lo, 16), int(hi, 16)))
+    return sorted(ranges)
+
+
+def _drop_file_pages(src: torch.Tensor, files: list[tuple[int, int]]) -> None:
+    """Tell the kernel this process no longer needs the whole pages of ``src`` (CPU bytes) if a
+    memory-mapped file backs them (``madvise(MADV_DONTNEED)``, Linux's value 4): they leave the
+    process's resident memory and stay in the page cache, and a later read faults them in from
+    the file again. So packing a checkpoint's blocks holds the packed copy and one block of the
+    file, not the file twice. Memory no file backs is left alone (DONTNEED would zero it)."""
+    addr, end = src.data_ptr(), src.data_ptr() + src.numel()
+    i = bisect.bisect_right(files, (addr, float("inf"))) - 1
+    if i < 0 or not files[i][0] <= addr < end <= files[i][1]:
+        return
+    page = mmap.PAGESIZE
+    lo, hi = -(-addr // page) * page, end // page * page
+    if hi > lo:
+        ctypes.CDLL(None).madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), 4)
 
 
 class _Layout:
@@ -94,8 +132,10 @@ class BlockStream:
     Args:
         blocks: the blocks, their tensors on any device (moved out of it here).
         device: where they run; a CUDA device copies on a side stream, any other copies in line.
-        pin: pack each block into one pinned host buffer (copied once here); False: keep each
-            block's storages where they are (they must be in host memory).
+        pin: pack each block into one pinned host buffer (copied once here; the pages of a
+            memory-mapped checkpoint read for it leave the process as each block is packed:
+            ``_drop_file_pages``); False: keep each block's storages where they are (they must
+            be in host memory).
 
     Attributes:
         slot_bytes: the device memory of one slot (the largest block, storages aligned to
@@ -114,11 +154,13 @@ class BlockStream:
         self.host_bytes = sum(layout.nbytes for layout in self.layouts)
         if pin:
             host = self._pinned(self.host_bytes)
+            files = _file_mappings()
             at = 0
             for layout in self.layouts:
                 buf = host[at : at + layout.nbytes]
                 for src, offset in layout.sources:
                     buf[offset : offset + len(src)].copy_(src)
+                    _drop_file_pages(src, files)
                 layout.point_into(buf)
                 layout.sources = [(buf, 0)]
                 at += layout.nbytes

@@ -33,6 +33,9 @@ if ON_GPU:
         for j, dtype in enumerate(DTYPES)
     ]
     ADD_CASES = [(shape, DTYPES[i % 2]) for i, shape in enumerate(SHAPES)]
+    # the 14B's width (dim 5120), in both dtypes
+    CASES += [((1, 1024, 5120), torch.bfloat16, "all"), ((1, 1024, 5120), torch.float32, "add+norm2+mod")]
+    ADD_CASES.append(((1, 1024, 5120), torch.bfloat16))
 else:
     CASES = [(shape, dtype, variant) for shape in SHAPES for dtype in DTYPES for variant in VARIANTS]
     ADD_CASES = [(shape, dtype) for shape in SHAPES for dtype in DTYPES]

@@ -12,7 +12,8 @@ checkpoint of the real sizes with random values (``write_checkpoint.py``; the 1.
 - polls NVML every 20 ms while ``generate --memory-budget B`` runs in the process;
 - reports ``peak_gib`` (NVML in use at its peak minus before CUDA started), the same per stage
   (``stage_peak_gib``: each stage's window, from the pipeline's stage timer) and the process's
-  resident memory per stage (``stage_host_gib``, sampled with NVML), the sidecar's
+  resident memory per stage (``stage_host_gib``, ``/proc/self/statm`` read with each NVML
+  sample), the sidecar's
   ``max_memory_allocated`` and ``max_memory_reserved`` per stage, the plan, the median steady step (``step_s``: the steps
   after the first), the loads (``load_s``: the three models' load stages) and its own peak
   RSS (``host_peak_gib``).
@@ -97,9 +98,11 @@ def child(spec: dict) -> dict:
     @contextlib.contextmanager
     def windowed(self, name):  # each stage's window, for its NVML peak
         start = time.perf_counter()
-        with timed(self, name):
-            yield
-        windows.append((name, start, time.perf_counter()))
+        try:
+            with timed(self, name):
+                yield
+        finally:  # the stage that fails too
+            windows.append((name, start, time.perf_counter()))
 
     timing.StageTimes.__call__ = windowed
     sampler = threading.Thread(target=poll, daemon=True)
@@ -130,6 +133,8 @@ def child(spec: dict) -> dict:
     }
     result = {
         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        # since the pipeline's last per-stage reset: the failing stage's where the run failed
+        "last_stage_reserved_gib": round(torch.cuda.max_memory_reserved() / GIB, 3),
         "context_gib": round(context / GIB, 3),
         "peak_gib": round((max(u for _, u, _ in samples) - before) / GIB, 3),
         "stage_peak_gib": stage_peak,

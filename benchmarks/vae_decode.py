@@ -19,9 +19,9 @@ fp32 copy of ours that every variant starts from.
 With ``--placements`` it times instead the decode's placements that the memory planner picks
 between (``wan/memory_plan.py``): ``all_frames``, ``frame_by_frame`` and the ``tiled`` grids, in
 fp32 and bf16 channels-last as the engine decodes on CUDA: the median time, PyTorch's peak
-allocation of ``decode`` and ``to_frames`` together above the weights and latents (the planner's
-estimate beside it, less the weights and its margin), and each video against the untiled
-frame-by-frame one of its dtype.
+allocation of ``decode`` and ``to_frames`` together above the weights and latents (beside it
+the planner's bound of the same activations, ``memory_plan._vae_activations``, before its reserve
+factor and margin), and each video against the untiled frame-by-frame one of its dtype.
 
     python benchmarks/vae_decode.py --out benchmarks/results
     python benchmarks/vae_decode.py --placements --out benchmarks/results
@@ -81,14 +81,14 @@ def compare(video: torch.Tensor, frames: torch.Tensor, reference: tuple) -> dict
 
 def placements(preset, device, latents, state, repeats: int, size: tuple[int, int, int]) -> dict:
     """Each planner placement of the decode, fp32 and bf16 channels-last (module docstring)."""
-    from wanscope.wan.memory_plan import GIB, TILES, MemoryPlan, ModelSizes, _vae_activations
+    from wanscope.wan.memory_plan import GIB, TILES, MemoryPlan, _vae_activations, vae_label
 
     h, w, f = size
     out = {}
     for dtype in (torch.float32, torch.bfloat16):
         vae = to_channels_last(load_vae(None, preset.vae, dtype, device))
         vae.load_state_dict(state)
-        halo = ModelSizes.of(preset, torch.bfloat16, None, dtype).vae_halo
+        halo = vae.decoder.halo()
         reference = None
         for name, tiles in [("frame_by_frame", (1, 1)), ("all_frames", (1, 1)), *(("tiled", t) for t in TILES)]:
             plan = MemoryPlan(None, "resident", "resident", name, {}, tiles)
@@ -107,7 +107,7 @@ def placements(preset, device, latents, state, repeats: int, size: tuple[int, in
                 if len(times) <= repeats:
                     del video, frames
             estimate = _vae_activations(preset, h, w, f, dtype, name != "all_frames", tiles, halo)
-            label = name if name != "tiled" else f"tiled {tiles[0]}x{tiles[1]}"
+            label = vae_label(name, tiles)
             row = {
                 "first_s": round(times[0], 3),
                 "median_s": round(statistics.median(times[1:]), 3),

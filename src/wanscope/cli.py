@@ -130,6 +130,17 @@ def _terminate(signum, _frame):
     raise KeyboardInterrupt
 
 
+def _lost_interrupt(unraisable, default=sys.unraisablehook) -> None:
+    """``sys.unraisablehook``: a Ctrl-C (or ``_terminate``'s) raised inside a callback Python
+    cannot raise from (importlib's module-lock weakref, a finalizer) would be printed as
+    "Exception ignored" with a traceback and dropped; the signal is sent again instead, so it
+    interrupts where Python next runs, as any other. Anything else goes to ``default``."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        signal.raise_signal(_TERMINATED[0] if _TERMINATED else signal.SIGINT)
+        return
+    default(unraisable)
+
+
 def _interrupted(ctrl_c_line: str):
     """Exit after an interrupt: 128 + the signal for SIGTERM/SIGHUP, 130 for Ctrl-C."""
     if _TERMINATED:
@@ -148,6 +159,7 @@ def main(argv=None) -> None:
     if own_signals:
         for signum in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, _terminate)
+        sys.unraisablehook = _lost_interrupt
     try:
         # Outside standalone mode click returns ctx.exit()'s code instead of exiting.
         code = cli.main(args=argv, prog_name="wanscope", standalone_mode=False)

@@ -105,10 +105,11 @@ def test_two_steps_whose_times_are_the_traces(default_run):
         (k, *ranges[k]) for k in (1, 2)
     ]
     assert all(s["gpu_dur_ns"] is None for s in report["steps"])
-    # the host's own clock around each step holds the range, plus only the loop's overhead
+    # the host's own clock around each step holds the range, plus the loop's overhead: not a
+    # range of some other step (a loaded machine stretches the overhead, never past the step)
     for s in report["steps"]:
         wall = report["run"]["step_wall_ns"][s["step"]]
-        assert 0 <= wall - s["cpu_dur_ns"] < 2_000_000, (wall, s)
+        assert 0 <= wall - s["cpu_dur_ns"] < max(2_000_000, wall // 4), (wall, s)
 
 
 def test_no_sync_in_the_loop_by_default(default_run):

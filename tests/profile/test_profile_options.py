@@ -139,7 +139,7 @@ BAD = [
     (["--memory-budget", "0"], "--memory-budget must be a positive number of GiB, got 0.0"),
     (
         ["--memory-budget", "0.1"],
-        "--memory-budget 0.10 GiB cannot hold this run: the smallest budget that works is 0.51 GiB (the vae stage)",
+        "--memory-budget 0.10 GiB cannot hold this run: the smallest budget that works is 1.26 GiB (the vae stage)",
     ),
 ]
 if not torch.cuda.is_available():

@@ -123,3 +123,27 @@ def test_report_into_an_existing_directory_keeps_other_files(tmp_path):
     assert r.returncode == 0, r.stderr
     assert names(tmp_path) == ["notes.txt", "report.html", "report.json"]
     json.loads((tmp_path / "report.json").read_text())
+
+
+def test_an_interrupt_raised_where_python_cannot_comes_again():
+    """A Ctrl-C that lands in a callback Python cannot raise from (importlib's module-lock
+    weakref, as in the run above) is neither printed as "Exception ignored" nor lost: its
+    signal comes again and interrupts where Python next runs; anything else unraisable goes
+    to the default hook."""
+    import types
+
+    from wanscope.cli import _lost_interrupt
+
+    seen = []
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _lost_interrupt(types.SimpleNamespace(exc_value=KeyboardInterrupt()), default=seen.append)
+            for _ in range(10**6):  # the handler runs between bytecodes
+                pass
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert seen == []
+    other = types.SimpleNamespace(exc_value=ValueError("x"))
+    _lost_interrupt(other, default=seen.append)
+    assert seen == [other]

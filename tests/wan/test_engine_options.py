@@ -298,7 +298,8 @@ def test_the_other_parts_are_read_before_any_model_loads(two_head_checkpoint, tm
 def test_the_engine_allocator_expands_segments_unless_told_otherwise(monkeypatch):
     from wanscope.wan.options import engine_allocator
 
-    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "x")  # so that undoing the delete restores it
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF")
     engine_allocator()
     assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "")  # a user's own setting, even none, wins

@@ -141,16 +141,16 @@ def test_tiled_and_all_frames_decodes_are_the_frame_by_frame_arithmetic():
     torch.manual_seed(0)
     vae = _perturb_gains(load_vae(None, VAEConfig(base_dim=4, num_res_blocks=1), torch.float64, "cpu"))
     assert vae.decoder.halo() == 9
-    z = torch.randn(1, 16, 2, 20, 22, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    z = torch.randn(1, 16, 2, 20, 40, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     whole = vae(z)
-    assert whole.shape == (1, 3, 5, 160, 176)
+    assert whole.shape == (1, 3, 5, 160, 320)
     assert rel_max_err(vae(z, per_frame=False), whole) <= 1e-14
-    for tiles in [(1, 2), (2, 3)]:
+    for tiles in [(1, 2), (2, 3)]:  # (2, 3): the middle column's tiles cut on both sides
         assert rel_max_err(vae(z, tiles=tiles), whole) <= 1e-14, tiles
     vae.decoder.halo = lambda: 8
     assert rel_max_err(vae(z, tiles=(1, 2)), whole) >= 1e-7
-    with pytest.raises(ValueError, match="23 tiles across 22 latent pixels"):
-        vae(z, tiles=(1, 23))
+    with pytest.raises(ValueError, match="41 tiles across 40 latent pixels"):
+        vae(z, tiles=(1, 41))
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,7 @@ import torch
 
 from wanscope.errors import UsageError
 from wanscope.wan.config import WanConfig, dit_tokens, resolve_cfg
-from wanscope.wan.vae_decoder import tile_extent
+from wanscope.wan.vae_decoder import VAEDecoder, tile_extent
 
 GIB = 1 << 30
 MARGIN_BYTES = 512 << 20  # caching-allocator rounding, cuBLAS/cuDNN workspaces
@@ -80,7 +80,6 @@ class ModelSizes:
         """``fast``: a ``precision.FastConfig`` (its FP8 copies are added to each block) or None."""
         from wanscope.wan.dit import WanDiT
         from wanscope.wan.umt5 import UMT5Encoder
-        from wanscope.wan.vae_decoder import VAEDecoder
 
         with torch.device("meta"):
             te = UMT5Encoder(config.text_encoder).to(dtype)
@@ -147,8 +146,8 @@ def _vae_activations(
     halo: int,
 ) -> int:
     """An upper bound of the decode's live tensors (``vae_decoder.VAEDecoder``), the larger of
-    two moments. While decoding: the middle block's output of every latent frame, the video in
-    ``dtype``, and for one tile (its halo included: ``tile_extent``) the causal caches at each
+    two moments. While decoding: the video in ``dtype``, when tiled the middle block's output of
+    every latent frame, and for one tile (its halo included: ``tile_extent``) the causal caches at each
     resolution (2 frames of the input of each of a level's ``2 (num_res_blocks + 1) + 1``
     convolutions with a temporal kernel, at the level's output width) and the working tensors:
     ``WORKING_PLANES`` frame planes of ``base_dim`` channels at full resolution (a convolution's
@@ -163,7 +162,7 @@ def _vae_activations(
     th, tw = tile_extent(h, tiles[0], halo), tile_extent(w, tiles[1], halo)
     latent_frames = (frames - 1) // sf + 1
     video = 3 * frames * height * width
-    middle = v.base_dim * v.dim_mult[-1] * latent_frames * h * w * size
+    middle = 0 if tuple(tiles) == (1, 1) else v.base_dim * v.dim_mult[-1] * latent_frames * h * w * size
     levels = len(v.dim_mult)
     caches = 0
     for level in range(levels):  # the up blocks, from the latent resolution up
@@ -176,19 +175,25 @@ def _vae_activations(
 
 
 def _vae_choices(config, height, width, frames, dtype, sizes: ModelSizes) -> dict[str, tuple]:
-    """Each VAE placement, fastest first: name -> (tiles, bytes)."""
+    """Each VAE placement, fastest first: its label (``vae_label``) -> (name, tiles, bytes)."""
     h, w = height // config.vae.stride[1], width // config.vae.stride[2]
 
     def need(per_frame: bool, tiles: tuple[int, int]) -> int:
         act = _vae_activations(config, height, width, frames, dtype, per_frame, tiles, sizes.vae_halo)
         return sizes.vae + int(act * VAE_RESERVED_FACTOR) + MARGIN_BYTES
 
-    choices = {"all_frames": ((1, 1), need(False, (1, 1))), "frame_by_frame": ((1, 1), need(True, (1, 1)))}
-    for rows, cols in TILES:
-        tiles = (rows, cols) if w >= h else (cols, rows)
-        if tiles[0] <= h and tiles[1] <= w:
-            choices[f"tiled {tiles[0]}x{tiles[1]}"] = (tiles, need(True, tiles))
-    return choices
+    choices = [("all_frames", (1, 1)), ("frame_by_frame", (1, 1))]
+    choices += [("tiled", t if w >= h else t[::-1]) for t in TILES]
+    return {
+        vae_label(name, tiles): (name, tiles, need(name != "all_frames", tiles))
+        for name, tiles in choices
+        if tiles[0] <= h and tiles[1] <= w
+    }
+
+
+def vae_label(name: str, tiles: tuple[int, int]) -> str:
+    """A VAE placement as shown: its name, and its tiles when ``tiled`` (``tiled 1x2``)."""
+    return f"{name} {tiles[0]}x{tiles[1]}" if name == "tiled" else name
 
 
 @dataclass(frozen=True)
@@ -205,8 +210,7 @@ class MemoryPlan:
 
     def placement(self, stage: str) -> str:
         """The stage's placement as shown: ``tiled 1x2`` for a tiled VAE."""
-        name = getattr(self, stage)
-        return f"{name} {self.vae_tiles[0]}x{self.vae_tiles[1]}" if name == "tiled" else name
+        return vae_label(self.vae, self.vae_tiles) if stage == "vae" else getattr(self, stage)
 
     def describe(self) -> str:
         """One line, e.g. ``memory plan (budget 8.00 GiB, each stage on its own): text encoder streamed (1.77 GiB), ...``."""
@@ -272,7 +276,7 @@ def plan_memory(
             "resident": sizes.dit_blocks + sizes.dit_rest + dit_act,
             "streamed": 2 * sizes.dit_block + sizes.dit_rest + dit_act,
         },
-        "vae": {name: need for name, (_, need) in vae.items()},
+        "vae": {label: need for label, (_, _, need) in vae.items()},
     }
     usable = None if budget_bytes is None else budget_bytes - CONTEXT_BYTES
     chosen, estimate = {}, {}
@@ -286,14 +290,15 @@ def plan_memory(
                 f"works is {-(-smallest * 100 // GIB) / 100:.2f} GiB (the {worst.replace('_', ' ')} stage)"
             )
         chosen[stage], estimate[stage] = fits[0]
-    vae_name, tiles = chosen["vae"].split(" ")[0], vae[chosen["vae"]][0]
+    vae_name, tiles, _ = vae[chosen["vae"]]
     return MemoryPlan(budget_bytes, chosen["text_encoder"], chosen["dit"], vae_name, estimate, tiles)
 
 
 def plan_for(parts, req, dit, budget_gib: float | None, fast="auto") -> MemoryPlan | None:
     """The plan of a run of ``parts`` (``pipeline.Components``) for ``req`` (its ``cfg``
     resolved or ``auto``) with the DiT ``dit`` (a ``DiTConfig``: the checkpoint's): under
-    ``budget_gib`` or, without one, the CUDA device's free memory now; None on the CPU without
+    ``budget_gib`` or, without one, the CUDA device's free memory now (plus ``CONTEXT_BYTES``:
+    the context, which the query creates, is already out of it); None on the CPU without
     a budget (nothing to fit). ``fast``: the ``FastConfig`` to plan for (default: ``parts``';
     ``compare-modes`` plans for its fast mode, the larger).
 
@@ -304,8 +309,8 @@ def plan_for(parts, req, dit, budget_gib: float | None, fast="auto") -> MemoryPl
 
     if budget_gib is not None:
         budget = int(budget_gib * GIB)
-    elif parts.device.type == "cuda":
-        budget = torch.cuda.mem_get_info(parts.device)[0]
+    elif parts.device.type == "cuda":  # free memory, the context (made by the call) already out of it
+        budget = torch.cuda.mem_get_info(parts.device)[0] + CONTEXT_BYTES
     else:
         return None
     return plan_memory(

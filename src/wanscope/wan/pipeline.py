@@ -320,8 +320,8 @@ class Result:
     frames: torch.Tensor | None
     latents: torch.Tensor
     peak_memory_bytes: dict[str, int | None]
+    peak_reserved_bytes: dict[str, int | None]
     kernels: str
-    peak_reserved_bytes: dict[str, int | None] = field(default_factory=dict)
     stage_s: dict[str, float] = field(default_factory=dict)
     step_s: list[float] = field(default_factory=list)
 

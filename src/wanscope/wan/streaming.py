@@ -51,37 +51,47 @@ def _extent(t: torch.Tensor) -> tuple[int, int]:
 
 
 def _file_mappings() -> list[tuple[int, int]]:
-    """The address ranges [lo, hi) of this process's memory-mapped regular files, sorted
-    (``/proc/self/maps`` lines with a path, but not ``/dev/`` files, ``memfd:`` or deleted
-    files, which may stand for anonymous memory); empty where there are none (not Linux)."""
+    """The address ranges [lo, hi) of this process's memory-mapped regular files none of whose
+    pages it has written (``/proc/self/smaps``: a path, ``Anonymous: 0 kB``; not ``/dev/``
+    files, ``memfd:`` or deleted files, which may stand for anonymous memory), sorted; empty
+    where there are none (not Linux)."""
     try:
-        lines = Path("/proc/self/maps").read_text().splitlines()
+        lines = Path("/proc/self/smaps").read_text().splitlines()
     except OSError:
         return []
-    ranges = []
+    ranges, current = [], None
     for line in lines:
         fields = line.split(maxsplit=5)
-        path = fields[5] if len(fields) == 6 else ""
-        if path.startswith("/") and not path.startswith(("/dev/", "/memfd:")) and not path.endswith("(deleted)"):
-            lo, hi = fields[0].split("-")
-            ranges.append((int(lo, 16), int(hi, 16)))
+        if "-" in fields[0] and len(fields) >= 5:  # a mapping's first line
+            path = fields[5] if len(fields) == 6 else ""
+            regular = path.startswith("/") and not path.startswith(("/dev/", "/memfd:"))
+            current = None
+            if regular and not path.endswith("(deleted)"):
+                lo, hi = fields[0].split("-")
+                current = (int(lo, 16), int(hi, 16))
+        elif current is not None and fields[0] == "Anonymous:" and fields[1] == "0":
+            ranges.append(current)
     return sorted(ranges)
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True) if hasattr(mmap, "MADV_DONTNEED") else None
+
+
 def _drop_file_pages(src: torch.Tensor, files: list[tuple[int, int]]) -> None:
-    """Tell the kernel this process no longer needs the whole pages of ``src`` (CPU bytes) if a
-    memory-mapped file backs them (``madvise(MADV_DONTNEED)``, Linux's value 4): they leave the
-    process's resident memory and stay in the page cache, and a later read faults them in from
-    the file again. So packing a checkpoint's blocks holds the packed copy and one block of the
-    file, not the file twice. Memory no file backs is left alone (DONTNEED would zero it)."""
+    """Tell the kernel this process no longer needs the whole pages of ``src`` (CPU bytes) if an
+    unwritten memory-mapped file backs them (``_file_mappings``; ``madvise(MADV_DONTNEED)``):
+    they leave the process's resident memory and stay in the page cache, and a later read
+    faults them in from the file again. So packing a checkpoint's blocks holds the packed copy
+    and one block of the file, not the file twice. Memory no such file backs is left alone
+    (DONTNEED would zero it, or undo writes to a private map); a refusal changes nothing."""
     addr, end = src.data_ptr(), src.data_ptr() + src.numel()
     i = bisect.bisect_right(files, (addr, float("inf"))) - 1
-    if i < 0 or not files[i][0] <= addr < end <= files[i][1]:
+    if _LIBC is None or i < 0 or not files[i][0] <= addr < end <= files[i][1]:
         return
     page = mmap.PAGESIZE
     lo, hi = -(-addr // page) * page, end // page * page
     if hi > lo:
-        ctypes.CDLL(None).madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), 4)
+        _LIBC.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), mmap.MADV_DONTNEED)
 
 
 class _Layout:

@@ -242,13 +242,13 @@ class VAEDecoder(nn.Module):
     ``forward(z, per_frame=True, tiles=(1, 1))``: z [B, z_dim, F, H, W] in the parameters' dtype
     (the DiT's latents already multiplied by ``latents_std`` and shifted by ``latents_mean``:
     ``vae.decode``) -> [B, 3, 1 + 4 (F - 1), 8H, 8W] (Wan2.1's strides, ``cfg.stride``) in the
-    parameters' dtype, not clamped, without gradients. Every latent frame goes through
-    ``Decoder3d.middle`` first, their outputs kept ([B, widths[0], F, H, W]); then the up path
-    (``Decoder3d.up``, ``per_frame`` as there), whose working tensors and causal caches are most
-    of the decode's memory, runs latent frame by latent frame into the video, one spatial tile
-    after another with ``tiles`` (rows, columns): each tile with ``Decoder3d.halo`` latent pixels
-    of its neighbours around it, cropped off after, all frames of a tile before the next and its
-    caches freed after it. Every operation of the up path is local in space within that halo
+    parameters' dtype, not clamped, without gradients. Latent frame by latent frame, through
+    ``Decoder3d.middle`` and then the up path (``Decoder3d.up``, ``per_frame`` as there) into
+    the video. With ``tiles`` (rows, columns) other than (1, 1) the up path, whose working
+    tensors and causal caches are most of the decode's memory, runs one spatial tile after
+    another instead: every latent frame's middle-block output is kept first ([B, widths[0], F,
+    H, W]), then each tile takes ``Decoder3d.halo`` latent pixels of its neighbours around it,
+    cropped off after, all frames of a tile before the next, its caches freed after it. Every operation of the up path is local in space within that halo
     (convolutions zero-padded only at the frame's edges, nearest upsampling, per-position norms),
     so a tile's inner part is the whole frame's arithmetic: equal but for the rounding of
     convolutions whose algorithm depends on the input's size (tested in float64 on the CPU; the
@@ -267,25 +267,42 @@ class VAEDecoder(nn.Module):
     @torch.no_grad()
     def forward(self, z: torch.Tensor, per_frame: bool = True, tiles: tuple[int, int] = (1, 1)) -> torch.Tensor:
         x = self.post_quant_conv(z)
-        cache: Cache = {}
-        middle = torch.cat([self.decoder.middle(x[:, :, i : i + 1], cache) for i in range(x.shape[2])], dim=2)
-        del x, cache
-        b, _, frames, h, w = middle.shape
+        b, _, frames, h, w = x.shape
         sf, sh, sw = self.cfg.stride
-        video = middle.new_empty(b, 3, 1 + sf * (frames - 1), sh * h, sw * w)
+        video = x.new_empty(b, 3, 1 + sf * (frames - 1), sh * h, sw * w)
+        cache: Cache = {}
+        if tuple(tiles) == (1, 1):  # each latent frame's middle-block output goes straight on
+            middle = (self.decoder.middle(x[:, :, i : i + 1], cache) for i in range(frames))
+            self._up_into(video, middle, cache, per_frame, (0, h, 0, w), (0, 0))
+            return video
+        first = self.decoder.middle(x[:, :, :1], cache)
+        kept = first.new_empty(b, first.shape[1], frames, h, w)
+        kept[:, :, :1] = first
+        for i in range(1, frames):
+            kept[:, :, i : i + 1] = self.decoder.middle(x[:, :, i : i + 1], cache)
+        del x, first, cache
         halo = self.decoder.halo()
-        for r0, r1 in _spans(h, tiles[0]):
-            for c0, c1 in _spans(w, tiles[1]):
-                t0, t1, u0, u1 = max(r0 - halo, 0), min(r1 + halo, h), max(c0 - halo, 0), min(c1 + halo, w)
-                cache = {}
-                start = 0
-                for i in range(frames):
-                    out = self.decoder.up(middle[:, :, i : i + 1, t0:t1, u0:u1], cache, per_frame)
-                    inner = out[..., sh * (r0 - t0) : sh * (r1 - t0), sw * (c0 - u0) : sw * (c1 - u0)]
-                    video[:, :, start : start + out.shape[2], sh * r0 : sh * r1, sw * c0 : sw * c1] = inner
-                    start += out.shape[2]
-                del cache
+        for (r0, r1), (t0, t1) in _tiles(h, tiles[0], halo):
+            for (c0, c1), (u0, u1) in _tiles(w, tiles[1], halo):
+                middle = (kept[:, :, i : i + 1, t0:t1, u0:u1] for i in range(frames))
+                self._up_into(video, middle, {}, per_frame, (r0 - t0, r1 - t0, c0 - u0, c1 - u0), (r0, c0))
         return video
+
+    def _up_into(self, video, middle, cache: Cache, per_frame: bool, inner: tuple, at: tuple[int, int]) -> None:
+        """The up path of each latent frame's middle-block output (``middle``, in order) into
+        ``video``: of each output, the part ``inner`` (latent rows r0:r1 and columns c0:c1 of
+        the region it covers), written at latent row and column ``at``."""
+        _, sh, sw = self.cfg.stride
+        r0, r1, c0, c1 = inner
+        row, col = at
+        start = 0
+        for m in middle:
+            out = self.decoder.up(m, cache, per_frame)
+            part = out[..., sh * r0 : sh * r1, sw * c0 : sw * c1]
+            video[
+                :, :, start : start + out.shape[2], sh * row : sh * (row + r1 - r0), sw * col : sw * (col + c1 - c0)
+            ] = part
+            start += out.shape[2]
 
     @torch.no_grad()
     def init_weights(self) -> None:
@@ -318,7 +335,16 @@ def _spans(n: int, parts: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
+def _tiles(n: int, parts: int, halo: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """``n`` latent pixels cut into ``parts`` tiles: each tile's [start, end) and the same with
+    ``halo`` pixels on each side, clipped to the frame.
+
+    Raises:
+        ValueError: ``parts`` not in 1..n."""
+    return [((a, b), (max(a - halo, 0), min(b + halo, n))) for a, b in _spans(n, parts)]
+
+
 def tile_extent(n: int, parts: int, halo: int) -> int:
     """The largest tile, its halo included, of ``n`` latent pixels cut into ``parts``
     (``VAEDecoder.forward``'s tiles): for the memory planner's estimate."""
-    return max(min(b + halo, n) - max(a - halo, 0) for a, b in _spans(n, parts))
+    return max(hi - lo for _, (lo, hi) in _tiles(n, parts, halo))

@@ -312,10 +312,10 @@ def denoise(
 class Result:
     """A generated video: [F, H, W, 3] uint8 frames on the CPU (None on ranks other than 0),
     the final latents [1, C, F', H', W'] fp32 on the CPU, per-stage peak memory (PyTorch's
-    allocated and the caching allocator's reserved, bytes, None without CUDA), the DiT's ops that ran (``wan.dit.Kernels`` value), the wall time of each
-    stage (``stage_s``: ``text_encoder_load``, ``text_encoding``, ``dit_load``, ``denoising``,
-    ``vae_load``, ``vae_decode`` with the frames' conversion, in s; a rank other than 0 has no
-    VAE stages) and of each denoising step (``step_s``, s; ``timing.StepTimes``)."""
+    allocated and the caching allocator's reserved, bytes, None without CUDA), the DiT's ops
+    that ran (``wan.dit.Kernels`` value), the wall time of each stage (``stage_s``:
+    ``text_encoder_load``, ``text_encoding``, ``dit_load``, ``denoising``, ``vae_load``,
+    ``vae_decode`` with the frames' conversion, in s; a rank other than 0 has no VAE stages) and of each denoising step (``step_s``, s; ``timing.StepTimes``)."""
 
     frames: torch.Tensor | None
     latents: torch.Tensor

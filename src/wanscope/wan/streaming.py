@@ -64,9 +64,8 @@ def _file_mappings() -> list[tuple[int, int]]:
         fields = line.split(maxsplit=5)
         if "-" in fields[0] and len(fields) >= 5:  # a mapping's first line
             path = fields[5] if len(fields) == 6 else ""
-            regular = path.startswith("/") and not path.startswith(("/dev/", "/memfd:"))
             current = None
-            if regular and not path.endswith("(deleted)"):
+            if path.startswith("/") and not path.startswith(("/dev/", "/memfd:")) and not path.endswith("(deleted)"):
                 lo, hi = fields[0].split("-")
                 current = (int(lo, 16), int(hi, 16))
         elif current is not None and fields[0] == "Anonymous:" and fields[1] == "0":

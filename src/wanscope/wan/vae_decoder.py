@@ -248,11 +248,12 @@ class VAEDecoder(nn.Module):
     tensors and causal caches are most of the decode's memory, runs one spatial tile after
     another instead: every latent frame's middle-block output is kept first ([B, widths[0], F,
     H, W]), then each tile takes ``Decoder3d.halo`` latent pixels of its neighbours around it,
-    cropped off after, all frames of a tile before the next, its caches freed after it. Every operation of the up path is local in space within that halo
-    (convolutions zero-padded only at the frame's edges, nearest upsampling, per-position norms),
-    so a tile's inner part is the whole frame's arithmetic: equal but for the rounding of
-    convolutions whose algorithm depends on the input's size (tested in float64 on the CPU; the
-    GPU's PSNR against the untiled decode: ``benchmarks/vae_decode.py``).
+    cropped off after, all frames of a tile before the next, its caches freed after it. Every
+    operation of the up path is local in space within that halo (convolutions zero-padded only
+    at the frame's edges, nearest upsampling, per-position norms), so a tile's inner part is the
+    whole frame's arithmetic: equal but for the rounding of convolutions whose algorithm depends
+    on the input's size (tested in float64 on the CPU; the GPU's PSNR against the untiled
+    decode: ``benchmarks/vae_decode.py``).
 
     Raises:
         ValueError: more tile rows or columns than latent pixels.
@@ -275,12 +276,10 @@ class VAEDecoder(nn.Module):
             middle = (self.decoder.middle(x[:, :, i : i + 1], cache) for i in range(frames))
             self._up_into(video, middle, cache, per_frame, (0, h, 0, w), (0, 0))
             return video
-        first = self.decoder.middle(x[:, :, :1], cache)
-        kept = first.new_empty(b, first.shape[1], frames, h, w)
-        kept[:, :, :1] = first
-        for i in range(1, frames):
+        kept = x.new_empty(b, self.decoder.conv_in.out_channels, frames, h, w)
+        for i in range(frames):
             kept[:, :, i : i + 1] = self.decoder.middle(x[:, :, i : i + 1], cache)
-        del x, first, cache
+        del x, cache
         halo = self.decoder.halo()
         for (r0, r1), (t0, t1) in _tiles(h, tiles[0], halo):
             for (c0, c1), (u0, u1) in _tiles(w, tiles[1], halo):

@@ -92,3 +92,47 @@ def test_random_vae_is_built_on_meta_and_initialized_in_its_dtype(monkeypatch):
     bound = (conv.in_channels * 27) ** -0.5
     for t in (conv.weight, conv.bias):
         assert t.abs().max().item() <= bound and t.float().std().item() > bound / 3
+
+
+def test_meta_device_skips_only_meta_initializers():
+    """Inside ``meta_device`` a module's initializers leave its meta parameters alone; an
+    initializer given a real tensor there still writes it."""
+    from torch import nn
+
+    from wanscope.wan.meta import meta_device
+
+    real = torch.zeros(4, 4)
+    with meta_device():
+        emb, lin = nn.Embedding(10, 4), nn.Linear(4, 4)
+        nn.init.ones_(real)
+    assert emb.weight.is_meta and lin.weight.is_meta and lin.bias.is_meta
+    assert real.eq(1).all()
+    assert torch.empty(1).device.type == "cpu"  # the default device is restored
+
+
+def test_sizing_loading_and_ops_import_no_dynamo():
+    """Sizing the 1.3B models on the meta device (the memory planner), building the DiT there
+    (a checkpoint's load) and calling our operators import neither ``torch._dynamo`` nor sympy
+    (seconds at a process's start); a fresh interpreter, since other tests import them."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, torch
+from wanscope.wan.config import get_preset
+from wanscope.wan.memory_plan import ModelSizes
+from wanscope.wan.dit import WanDiT
+from wanscope.wan.meta import meta_device
+from wanscope.kernels import norm_modulate, rms_norm_rope
+cfg = get_preset("wan2.1-t2v-1.3b")
+ModelSizes.of(cfg, torch.bfloat16, None, torch.float32)
+with meta_device():
+    WanDiT(cfg.dit)
+x = torch.randn(1, 4, 8)
+norm_modulate(x, shift=torch.zeros(1, 8), scale=torch.zeros(1, 8))
+rms_norm_rope(x, torch.ones(8), None, 2, 1e-6)
+print(sorted(m for m in ("torch._dynamo", "sympy") if m in sys.modules))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "[]"

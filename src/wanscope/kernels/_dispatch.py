@@ -1,15 +1,37 @@
-"""Where a custom op of this package runs its Triton kernel (see the package docstring)."""
+"""The operators of this package (namespace ``wanscope``) and where each runs its Triton kernel
+(see the package docstring)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import torch
 
 # Read once, like Triton itself: ``triton.jit`` picks the interpreter at decoration time.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
+_LIB = torch.library.Library("wanscope", "DEF")  # holds the registrations for the process's life
+
 
 def use_triton(x: torch.Tensor) -> bool:
     """True for CUDA tensors, and for CPU tensors under Triton's interpreter."""
     return x.is_cuda or (INTERPRET and x.device.type == "cpu")
+
+
+def define_op(name: str, schema: str, impl: Callable, fake: Callable) -> None:
+    """Register ``wanscope::name``: ``schema`` its arguments and results in the operator schema
+    language (e.g. ``"(Tensor x, float eps) -> Tensor"``), ``impl`` its one kernel for every
+    device (``CompositeExplicitAutograd``), ``fake`` the shapes and dtypes it returns, for
+    ``torch.compile``. No autograd formula: the engine runs without gradients.
+
+    ``torch.library.custom_op`` would do the same, but its kernel wrapper imports
+    ``torch._dynamo`` at the op's first call: seconds of imports in a process that never
+    compiles. The profiler records these ops by name (``wanscope::name``) either way.
+
+    Raises:
+        RuntimeError: the name is already registered (PyTorch's error).
+    """
+    _LIB.define(name + schema)
+    _LIB.impl(name, impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"wanscope::{name}", fake, lib=_LIB)

@@ -64,7 +64,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from wanscope.kernels._dispatch import INTERPRET, use_triton
+from wanscope.kernels._dispatch import INTERPRET, define_op, use_triton
 
 QK_MODES = ("exact", "e4m3", "int8")
 PV_MODES = ("exact", "e4m3")
@@ -638,7 +638,6 @@ def _check_config(c: FlashConfig, qk: str, pv: str) -> None:
         )
 
 
-@torch.library.custom_op("wanscope::attention_flash", mutates_args=())
 def _attention_flash_op(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -658,9 +657,16 @@ def _attention_flash_op(
     return reference(q, k, v, qk, pv)
 
 
-@_attention_flash_op.register_fake
-def _(q, k, v, qk, pv, block_m, block_n, num_warps, num_stages, warp_specialize, maxnreg):
+def _attention_flash_op_fake(q, k, v, qk, pv, block_m, block_n, num_warps, num_stages, warp_specialize, maxnreg):
     return q.new_empty(q.shape)
+
+
+define_op(
+    "attention_flash",
+    "(Tensor q, Tensor k, Tensor v, str qk, str pv, int block_m, int block_n, int num_warps, int num_stages, bool warp_specialize, int maxnreg) -> Tensor",
+    _attention_flash_op,
+    _attention_flash_op_fake,
+)
 
 
 def attention_flash(

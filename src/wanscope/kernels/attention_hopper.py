@@ -89,6 +89,8 @@ import functools
 
 import torch
 
+from wanscope.kernels._dispatch import define_op
+
 HEAD_DIMS = (64, 128)
 DTYPES = (torch.bfloat16, torch.float16)
 _CAPABILITY = (9, 0)
@@ -148,16 +150,22 @@ def unsupported(device: torch.device | str, dtype: torch.dtype, head_dim: int) -
     return reason
 
 
-@torch.library.custom_op("wanscope::attention_hopper", mutates_args=())
 def _attention_hopper_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_int8: bool) -> torch.Tensor:
     from wanscope.kernels._attention_hopper_gluon import launch
 
     return launch(q, k, v, qk_int8)
 
 
-@_attention_hopper_op.register_fake
-def _(q, k, v, qk_int8):
+def _attention_hopper_op_fake(q, k, v, qk_int8):
     return q.new_empty(q.shape)
+
+
+define_op(
+    "attention_hopper",
+    "(Tensor q, Tensor k, Tensor v, bool qk_int8) -> Tensor",
+    _attention_hopper_op,
+    _attention_hopper_op_fake,
+)
 
 
 def attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_int8: bool = False) -> torch.Tensor:

@@ -44,7 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
-from wanscope.kernels._dispatch import INTERPRET, use_triton
+from wanscope.kernels._dispatch import INTERPRET, define_op, use_triton
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
@@ -350,16 +350,17 @@ def reference(q, k, v, pv_fp8):
     return o.transpose(1, 2).to(q.dtype, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("wanscope::attention_int8", mutates_args=())
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pv_fp8: bool) -> torch.Tensor:
     if use_triton(q):
         return _launch(q, k, v, pv_fp8)
     return reference(q, k, v, pv_fp8)
 
 
-@_attention_op.register_fake
-def _(q, k, v, pv_fp8):
+def _attention_op_fake(q, k, v, pv_fp8):
     return q.new_empty(q.shape)
+
+
+define_op("attention_int8", "(Tensor q, Tensor k, Tensor v, bool pv_fp8) -> Tensor", _attention_op, _attention_op_fake)
 
 
 def attention_int8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pv_fp8: bool = True) -> torch.Tensor:

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from wanscope.kernels._dispatch import use_triton
+from wanscope.kernels._dispatch import define_op, use_triton
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # largest finite e4m3fn value
@@ -156,16 +156,17 @@ def reference(x: torch.Tensor, gelu: bool) -> tuple[torch.Tensor, torch.Tensor]:
     return (xf * (1.0 / scale)).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale  # as the kernel: times 1/scale
 
 
-@torch.library.custom_op("wanscope::quantize_fp8_rows", mutates_args=())
 def _quantize_op(x: torch.Tensor, gelu: bool) -> tuple[torch.Tensor, torch.Tensor]:
     if use_triton(x):
         return _launch(x, gelu)
     return reference(x, gelu)
 
 
-@_quantize_op.register_fake
-def _(x, gelu):
+def _quantize_op_fake(x, gelu):
     return x.new_empty(x.shape, dtype=FP8), x.new_empty((x.shape[0], 1), dtype=torch.float32)
+
+
+define_op("quantize_fp8_rows", "(Tensor x, bool gelu) -> (Tensor, Tensor)", _quantize_op, _quantize_op_fake)
 
 
 def quantize_fp8_rows(x: torch.Tensor, gelu: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

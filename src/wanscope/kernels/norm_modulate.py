@@ -28,7 +28,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from wanscope.kernels._dispatch import use_triton
+from wanscope.kernels._dispatch import define_op, use_triton
 
 
 @triton.jit
@@ -159,7 +159,6 @@ def _run(x, y, gate, weight, bias, shift, scale, eps, out_dtype, norm):
     return reference(x, y, gate, weight, bias, shift, scale, eps, out_dtype, norm)
 
 
-@torch.library.custom_op("wanscope::norm_modulate", mutates_args=())
 def _norm_modulate_op(
     x: torch.Tensor,
     weight: torch.Tensor | None,
@@ -172,12 +171,18 @@ def _norm_modulate_op(
     return _run(x, None, None, weight, bias, shift, scale, eps, out_dtype, True)[1]
 
 
-@_norm_modulate_op.register_fake
-def _(x, weight, bias, shift, scale, eps, out_dtype):
+def _norm_modulate_op_fake(x, weight, bias, shift, scale, eps, out_dtype):
     return x.new_empty(x.shape, dtype=out_dtype)
 
 
-@torch.library.custom_op("wanscope::add_norm_modulate", mutates_args=())
+define_op(
+    "norm_modulate",
+    "(Tensor x, Tensor? weight, Tensor? bias, Tensor? shift, Tensor? scale, float eps, ScalarType out_dtype) -> Tensor",
+    _norm_modulate_op,
+    _norm_modulate_op_fake,
+)
+
+
 def _add_norm_modulate_op(
     x: torch.Tensor,
     y: torch.Tensor,
@@ -192,19 +197,27 @@ def _add_norm_modulate_op(
     return _run(x, y, gate, weight, bias, shift, scale, eps, out_dtype, True)
 
 
-@_add_norm_modulate_op.register_fake
-def _(x, y, gate, weight, bias, shift, scale, eps, out_dtype):
+def _add_norm_modulate_op_fake(x, y, gate, weight, bias, shift, scale, eps, out_dtype):
     return torch.empty_like(x), x.new_empty(x.shape, dtype=out_dtype)
 
 
-@torch.library.custom_op("wanscope::gated_add", mutates_args=())
+define_op(
+    "add_norm_modulate",
+    "(Tensor x, Tensor y, Tensor? gate, Tensor? weight, Tensor? bias, Tensor? shift, Tensor? scale, float eps, ScalarType out_dtype) -> (Tensor, Tensor)",
+    _add_norm_modulate_op,
+    _add_norm_modulate_op_fake,
+)
+
+
 def _gated_add_op(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
     return _run(x, y, gate, None, None, None, None, 0.0, x.dtype, False)[0]
 
 
-@_gated_add_op.register_fake
-def _(x, y, gate):
+def _gated_add_op_fake(x, y, gate):
     return torch.empty_like(x)
+
+
+define_op("gated_add", "(Tensor x, Tensor y, Tensor gate) -> Tensor", _gated_add_op, _gated_add_op_fake)
 
 
 def norm_modulate(

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from wanscope.kernels._dispatch import use_triton
+from wanscope.kernels._dispatch import define_op, use_triton
 
 # Features (padded rows x next_power_of_2(C)) one program covers: several short rows share a
 # program, so the weight row and the reduction's setup are spread over more bytes.
@@ -131,7 +131,6 @@ def reference(x, weight, cos, sin, num_heads, eps):
     return u.flatten(2).to(x.dtype)
 
 
-@torch.library.custom_op("wanscope::rms_norm_rope", mutates_args=())
 def _rms_norm_rope_op(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -145,9 +144,16 @@ def _rms_norm_rope_op(
     return reference(x, weight, cos, sin, num_heads, eps)
 
 
-@_rms_norm_rope_op.register_fake
-def _(x, weight, cos, sin, num_heads, eps):
+def _rms_norm_rope_op_fake(x, weight, cos, sin, num_heads, eps):
     return x.new_empty(x.shape)
+
+
+define_op(
+    "rms_norm_rope",
+    "(Tensor x, Tensor weight, Tensor? cos, Tensor? sin, int num_heads, float eps) -> Tensor",
+    _rms_norm_rope_op,
+    _rms_norm_rope_op_fake,
+)
 
 
 def rms_norm_rope(

@@ -40,6 +40,7 @@ from wanscope.wan.attention import (
     resolve_backend,
 )
 from wanscope.wan.config import DiTConfig
+from wanscope.wan.meta import meta_device
 
 
 class Kernels(str, Enum):  # noqa: UP042 - str() and f-strings give the member name, as callers expect
@@ -226,7 +227,7 @@ class Block(nn.Module):
         self.ffn = nn.Sequential(
             nn.Linear(cfg.dim, cfg.ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(cfg.ffn_dim, cfg.dim)
         )
-        self.modulation = nn.Parameter(torch.randn(1, 6, cfg.dim) / cfg.dim**0.5)
+        self.modulation = nn.Parameter(nn.init.normal_(torch.empty(1, 6, cfg.dim), std=cfg.dim**-0.5))
         # wan/fused.py's block_forward when WanDiT.kernels is "triton"
         self.fused_forward = None
 
@@ -263,7 +264,7 @@ class Head(nn.Module):
         super().__init__()
         self.norm = nn.LayerNorm(cfg.dim, cfg.eps, elementwise_affine=False)
         self.head = nn.Linear(cfg.dim, math.prod(cfg.patch_size) * cfg.out_channels)
-        self.modulation = nn.Parameter(torch.randn(1, 2, cfg.dim) / cfg.dim**0.5)
+        self.modulation = nn.Parameter(nn.init.normal_(torch.empty(1, 2, cfg.dim), std=cfg.dim**-0.5))
 
     def forward(self, x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
         """x: [B, L, dim]; e: [B, dim] fp32 time embedding. Returns [B, L, prod(patch)*C] fp32."""
@@ -388,7 +389,7 @@ class WanDiT(nn.Module):
         """A random-weight model (``init_weights``) built on the meta device and initialized
         in ``dtype`` on ``device``: its peak memory is the model's size, as a checkpoint's
         load is, not that of an fp32 model cast afterwards."""
-        with torch.device("meta"):
+        with meta_device():
             model = cls(cfg)
         model.set_dtype(dtype).to_empty(device=device)
         return model.init_weights()

@@ -31,6 +31,7 @@ import torch
 
 from wanscope.errors import UsageError
 from wanscope.wan.config import WanConfig, dit_tokens, resolve_cfg
+from wanscope.wan.meta import meta_device
 from wanscope.wan.vae_decoder import VAEDecoder, tile_extent
 
 GIB = 1 << 30
@@ -81,7 +82,7 @@ class ModelSizes:
         from wanscope.wan.dit import WanDiT
         from wanscope.wan.umt5 import UMT5Encoder
 
-        with torch.device("meta"):
+        with meta_device():
             te = UMT5Encoder(config.text_encoder).to(dtype)
             dit = WanDiT(config.dit).set_dtype(dtype)
             vae = VAEDecoder(config.vae).to(vae_dtype)

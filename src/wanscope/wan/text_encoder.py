@@ -18,6 +18,7 @@ import torch
 
 from wanscope.errors import InputError, UsageError
 from wanscope.wan.config import TextEncoderConfig
+from wanscope.wan.meta import meta_device
 from wanscope.wan.umt5 import UMT5Encoder
 from wanscope.wan.weights import (
     assign_state_dict,
@@ -226,7 +227,7 @@ def load_umt5(path: Path | None, cfg: TextEncoderConfig, dtype: torch.dtype, dev
     """
     if path is not None and Path(path).is_dir():
         return _load_folder(Path(path), dtype, device)
-    with torch.device("meta"):
+    with meta_device():
         model = UMT5Encoder(cfg)
     if path is None:
         model = model.to(dtype).to_empty(device=device)
@@ -258,7 +259,7 @@ def _load_folder(folder: Path, dtype: torch.dtype, device) -> UMT5Encoder:
     blocks = {int(m.group(1)) for k in read_shapes(files) if (m := re.match(r"encoder\.block\.(\d+)\.", k))}
     if len(blocks) != cfg.num_layers:
         raise InputError(folder, f"config.json says num_layers {cfg.num_layers}, the weights hold {len(blocks)} blocks")
-    with torch.device("meta"):
+    with meta_device():
         model = UMT5Encoder(cfg)
     tensors = read_safetensors(files)
     if _EMBEDDING_ALIAS in tensors:

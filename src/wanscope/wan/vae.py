@@ -19,6 +19,7 @@ import torch
 
 from wanscope.errors import InputError, UsageError
 from wanscope.wan.config import VAEConfig
+from wanscope.wan.meta import meta_device
 from wanscope.wan.vae_decoder import VAEDecoder
 from wanscope.wan.weights import assign_state_dict, read_json, read_pth, read_safetensors, safetensors_files
 
@@ -134,7 +135,7 @@ def load_vae(path: Path | None, cfg: VAEConfig, dtype: torch.dtype, device) -> V
     """
     if path is not None and Path(path).is_dir():
         return _load_folder(Path(path), cfg, dtype, device)
-    with torch.device("meta"):
+    with meta_device():
         model = VAEDecoder(cfg)
     if path is None:
         model = model.to(dtype).to_empty(device=device)
@@ -173,7 +174,7 @@ def _load_folder(folder: Path, preset: VAEConfig, dtype: torch.dtype, device) ->
             f"config.json says {len(cfg.dim_mult)} levels (dim_mult) of {cfg.num_res_blocks + 1} residual blocks "
             f"(num_res_blocks + 1), the weights hold {len(levels)} of {len(per_level)}",
         )
-    with torch.device("meta"):
+    with meta_device():
         model = VAEDecoder(cfg)
     assign_state_dict(model, tensors, source, device, dtype_of=lambda name, p: dtype)
     return model.eval().requires_grad_(False)

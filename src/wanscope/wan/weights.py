@@ -24,6 +24,7 @@ import torch
 from wanscope.errors import InputError, UsageError
 from wanscope.wan.config import DiTConfig, check_positive_int
 from wanscope.wan.dit import WanDiT, keeps_fp32
+from wanscope.wan.meta import meta_device
 
 OFFICIAL_T5 = "models_t5_umt5-xxl-enc-bf16.pth"
 OFFICIAL_VAE = "Wan2.1_VAE.pth"
@@ -367,7 +368,7 @@ def check_dit(path: str | Path) -> DiTConfig:
         raise InputError(
             folder, f"the config says {cfg.num_layers} blocks (num_layers), the weights hold {len(blocks)}"
         )
-    with torch.device("meta"):
+    with meta_device():
         check_keys_and_shapes(WanDiT(cfg), shapes, folder)
     return cfg
 
@@ -398,7 +399,7 @@ def load_dit(
     tensors = read_safetensors(files)
     if layout == "diffusers":
         tensors = {official_key(k): v for k, v in tensors.items()}
-    with torch.device("meta"):
+    with meta_device():
         model = WanDiT(cfg)
     assign_state_dict(
         model,

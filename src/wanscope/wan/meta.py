@@ -1,0 +1,35 @@
+"""Models built on the meta device (shapes and dtypes, no storage), their initializers skipped.
+
+A module's constructor runs its parameters' initializers (``nn.Embedding``'s ``normal_``,
+``nn.Linear``'s ``kaiming_uniform_``). On the meta device they have no values to write, and some
+of them run PyTorch's Python reference implementations there, whose first call imports
+``torch._dynamo`` and sympy: seconds of imports in a process that never compiles. Inside
+``meta_device()`` every ``torch.nn.init`` function returns its meta tensor untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+
+class _SkipInitOnMeta(TorchFunctionMode):
+    """``torch.nn.init`` functions given a meta tensor return it; every other call runs as is."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            tensor = args[0] if args else kwargs.get("tensor")
+            if isinstance(tensor, torch.Tensor) and tensor.is_meta:
+                return tensor
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def meta_device() -> Iterator[None]:
+    """Modules constructed inside are on the meta device, their initializers not run."""
+    with torch.device("meta"), _SkipInitOnMeta():
+        yield

@@ -112,8 +112,9 @@ def test_meta_device_skips_only_meta_initializers():
 
 def test_sizing_loading_and_ops_import_no_dynamo():
     """Sizing the 1.3B models on the meta device (the memory planner), building the DiT there
-    (a checkpoint's load) and calling our operators import neither ``torch._dynamo`` nor sympy
-    (seconds at a process's start); a fresh interpreter, since other tests import them."""
+    (a checkpoint's load), building random models and calling our operators import neither
+    ``torch._dynamo`` nor sympy (seconds at a process's start); a fresh interpreter, since
+    other tests import them."""
     import subprocess
     import sys
 
@@ -124,10 +125,16 @@ from wanscope.wan.memory_plan import ModelSizes
 from wanscope.wan.dit import WanDiT
 from wanscope.wan.meta import meta_device
 from wanscope.kernels import norm_modulate, rms_norm_rope
+from wanscope.wan.text_encoder import load_umt5
+from wanscope.wan.vae import load_vae
 cfg = get_preset("wan2.1-t2v-1.3b")
 ModelSizes.of(cfg, torch.bfloat16, None, torch.float32)
 with meta_device():
     WanDiT(cfg.dit)
+tiny = get_preset("tiny")
+WanDiT.random(tiny.dit, torch.bfloat16, "cpu")
+load_umt5(None, tiny.text_encoder, torch.bfloat16, "cpu")
+load_vae(None, tiny.vae, torch.float32, "cpu")
 x = torch.randn(1, 4, 8)
 norm_modulate(x, shift=torch.zeros(1, 8), scale=torch.zeros(1, 8))
 rms_norm_rope(x, torch.ones(8), None, 2, 1e-6)

@@ -1,6 +1,6 @@
 """Triton kernels for the memory-bound chain of the Wan DiT block, each a ``torch.library``
-custom op (namespace ``wanscope``) with a fake implementation, so eager code and
-``torch.compile`` call them alike.
+operator (namespace ``wanscope``, ``_dispatch.define_op``) with a fake implementation, so
+eager code and ``torch.compile`` call them alike.
 
 * ``norm_modulate``: residual add (optionally gated) + LayerNorm + adaLN modulation, one pass.
 * ``rms_norm_rope``: q/k RMSNorm across heads + 3-D RoPE, written head-split for attention.

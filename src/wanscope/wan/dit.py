@@ -40,7 +40,7 @@ from wanscope.wan.attention import (
     resolve_backend,
 )
 from wanscope.wan.config import DiTConfig
-from wanscope.wan.meta import meta_device
+from wanscope.wan.meta import materialize, meta_device
 
 
 class Kernels(str, Enum):  # noqa: UP042 - str() and f-strings give the member name, as callers expect
@@ -361,7 +361,7 @@ class WanDiT(nn.Module):
     def init_weights(self) -> WanDiT:
         """Random weights for timing and tests (seed with ``torch.manual_seed``), every parameter
         written in its own dtype and device (so a model built on the meta device and moved with
-        ``to_empty`` gets values without an fp32 copy): Xavier-uniform linears with zero bias
+        ``meta.materialize`` gets values without an fp32 copy): Xavier-uniform linears with zero bias
         and N(0, 0.02) text and time embeddings (official ``init_weights``), except that the
         output head is Xavier too: the official zero head is a training choice that would make
         every random-weight output the same constant; norm weights 1 and biases 0; the
@@ -391,7 +391,7 @@ class WanDiT(nn.Module):
         load is, not that of an fp32 model cast afterwards."""
         with meta_device():
             model = cls(cfg)
-        model.set_dtype(dtype).to_empty(device=device)
+        materialize(model.set_dtype(dtype), device)
         return model.init_weights()
 
     def rope(self, grid: tuple[int, int, int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

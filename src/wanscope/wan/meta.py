@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+from torch import nn
 from torch.overrides import TorchFunctionMode
 
 
@@ -33,3 +34,11 @@ def meta_device() -> Iterator[None]:
     """Modules constructed inside are on the meta device, their initializers not run."""
     with torch.device("meta"), _SkipInitOnMeta():
         yield
+
+
+def materialize(module: nn.Module, device: torch.device | str) -> nn.Module:
+    """``module.to_empty(device=device)``: storage on ``device`` for every parameter and buffer
+    of a meta-device module, values unset, shapes, strides and dtypes kept. Each tensor is made
+    with ``torch.empty_strided``: ``to_empty``'s ``empty_like`` of a meta tensor runs PyTorch's
+    Python reference, whose first call imports sympy."""
+    return module._apply(lambda t: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device))

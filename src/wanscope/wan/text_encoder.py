@@ -18,7 +18,7 @@ import torch
 
 from wanscope.errors import InputError, UsageError
 from wanscope.wan.config import TextEncoderConfig
-from wanscope.wan.meta import meta_device
+from wanscope.wan.meta import materialize, meta_device
 from wanscope.wan.umt5 import UMT5Encoder
 from wanscope.wan.weights import (
     assign_state_dict,
@@ -230,7 +230,7 @@ def load_umt5(path: Path | None, cfg: TextEncoderConfig, dtype: torch.dtype, dev
     with meta_device():
         model = UMT5Encoder(cfg)
     if path is None:
-        model = model.to(dtype).to_empty(device=device)
+        model = materialize(model.to(dtype), device)
         model.init_weights()
         return model.eval().requires_grad_(False)
     state = {hf_key(k): v for k, v in read_pth(Path(path)).items()}

@@ -19,7 +19,7 @@ import torch
 
 from wanscope.errors import InputError, UsageError
 from wanscope.wan.config import VAEConfig
-from wanscope.wan.meta import meta_device
+from wanscope.wan.meta import materialize, meta_device
 from wanscope.wan.vae_decoder import VAEDecoder
 from wanscope.wan.weights import assign_state_dict, read_json, read_pth, read_safetensors, safetensors_files
 
@@ -138,7 +138,7 @@ def load_vae(path: Path | None, cfg: VAEConfig, dtype: torch.dtype, device) -> V
     with meta_device():
         model = VAEDecoder(cfg)
     if path is None:
-        model = model.to(dtype).to_empty(device=device)
+        model = materialize(model.to(dtype), device)
         model.init_weights()
         return model.eval().requires_grad_(False)
     state = read_pth(Path(path))

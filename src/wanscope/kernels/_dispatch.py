@@ -21,9 +21,11 @@ def use_triton(x: torch.Tensor) -> bool:
 
 def define_op(name: str, schema: str, impl: Callable, fake: Callable) -> None:
     """Register ``wanscope::name``: ``schema`` its arguments and results in the operator schema
-    language (e.g. ``"(Tensor x, float eps) -> Tensor"``), ``impl`` its one kernel for every
-    device (``CompositeExplicitAutograd``), ``fake`` the shapes and dtypes it returns, for
-    ``torch.compile``. No autograd formula: the engine runs without gradients.
+    language, as ``torch.library.infer_schema`` writes them for ``impl``'s annotations (e.g.
+    ``"(Tensor x, SymInt n, float eps) -> Tensor"``), ``impl`` its one kernel for every device
+    (``CompositeExplicitAutograd``), ``fake`` the shapes and dtypes it returns, for
+    ``torch.compile``; tagged ``pt2_compliant_tag``. No backward formula: a backward through the
+    op raises (the engine runs without gradients).
 
     ``torch.library.custom_op`` would do the same, but its kernel wrapper imports
     ``torch._dynamo`` at the op's first call: seconds of imports in a process that never
@@ -32,6 +34,12 @@ def define_op(name: str, schema: str, impl: Callable, fake: Callable) -> None:
     Raises:
         RuntimeError: the name is already registered (PyTorch's error).
     """
-    _LIB.define(name + schema)
+    qualname = f"wanscope::{name}"
+    _LIB.define(name + schema, tags=(torch.Tag.pt2_compliant_tag,))
     _LIB.impl(name, impl, "CompositeExplicitAutograd")
-    torch.library.register_fake(f"wanscope::{name}", fake, lib=_LIB)
+    torch.library.register_fake(qualname, fake, lib=_LIB)
+
+    def backward(ctx, *grads):
+        raise RuntimeError(f"{qualname} has no backward formula: wanscope's operators run without gradients")
+
+    torch.library.register_autograd(qualname, backward, lib=_LIB)

@@ -150,7 +150,7 @@ def _rms_norm_rope_op_fake(x, weight, cos, sin, num_heads, eps):
 
 define_op(
     "rms_norm_rope",
-    "(Tensor x, Tensor weight, Tensor? cos, Tensor? sin, int num_heads, float eps) -> Tensor",
+    "(Tensor x, Tensor weight, Tensor? cos, Tensor? sin, SymInt num_heads, float eps) -> Tensor",
     _rms_norm_rope_op,
     _rms_norm_rope_op_fake,
 )

@@ -4,7 +4,10 @@ A module's constructor runs its parameters' initializers (``nn.Embedding``'s ``n
 ``nn.Linear``'s ``kaiming_uniform_``). On the meta device they have no values to write, and some
 of them run PyTorch's Python reference implementations there, whose first call imports
 ``torch._dynamo`` and sympy: seconds of imports in a process that never compiles. Inside
-``meta_device()`` every ``torch.nn.init`` function returns its meta tensor untouched.
+``meta_device()`` the ``torch.nn.init`` functions that dispatch through ``__torch_function__``
+(``uniform_``, ``normal_``, ``constant_``, ``kaiming_uniform_``: those of ``nn.Linear``,
+``nn.Conv*`` and ``nn.Embedding``) return their meta tensor untouched; the others (e.g.
+``kaiming_normal_``) still run.
 """
 
 from __future__ import annotations
@@ -38,7 +41,14 @@ def meta_device() -> Iterator[None]:
 
 def materialize(module: nn.Module, device: torch.device | str) -> nn.Module:
     """``module.to_empty(device=device)``: storage on ``device`` for every parameter and buffer
-    of a meta-device module, values unset, shapes, strides and dtypes kept. Each tensor is made
-    with ``torch.empty_strided``: ``to_empty``'s ``empty_like`` of a meta tensor runs PyTorch's
-    Python reference, whose first call imports sympy."""
-    return module._apply(lambda t: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device))
+    of a meta-device module, values unset, shapes and dtypes kept (tied parameters come out
+    untied, as there). A contiguous tensor is made with ``torch.empty``: ``to_empty``'s
+    ``empty_like`` of a meta tensor runs PyTorch's Python reference, whose first call imports
+    sympy; any other keeps ``empty_like``'s layout."""
+
+    def empty(t: torch.Tensor) -> torch.Tensor:
+        if t.is_contiguous():
+            return torch.empty(t.shape, dtype=t.dtype, device=device)
+        return torch.empty_like(t, device=device)
+
+    return module._apply(empty)

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -163,15 +164,20 @@ def write_outputs(frames: np.ndarray, out: Path, fps: int, info: dict) -> tuple[
     fallback = None
     started = time.perf_counter()
     try:
-        try:
-            _write_mp4(frames, stage(out), fps, comment)
-            video = out
-        except ImportError:
-            staged.pop()
-            video = frames_folder
-            _write_png_frames(frames, stage(video))
-            fallback = f"imageio-ffmpeg is not installed: wrote PNG frames to {video} instead of {out}"
-        _write_contact_sheet(frames, stage(sheet), comment=info.get("note"))
+        # the contact sheet's PNG compression on a thread, beside the encode (ffmpeg's own
+        # process) that the frames are piped to
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            sheet_written = pool.submit(_write_contact_sheet, frames, stage(sheet), comment=info.get("note"))
+            mp4 = stage(out)
+            try:
+                _write_mp4(frames, mp4, fps, comment)
+                video = out
+            except ImportError:
+                staged.remove((mp4, out))
+                video = frames_folder
+                _write_png_frames(frames, stage(video))
+                fallback = f"imageio-ffmpeg is not installed: wrote PNG frames to {video} instead of {out}"
+            sheet_written.result()
         if "stage_s" in info:
             info = {**info, "stage_s": {**info["stage_s"], "video_write": round(time.perf_counter() - started, 4)}}
         stage(sidecar).write_text(

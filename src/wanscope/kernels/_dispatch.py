@@ -19,11 +19,10 @@ def use_triton(x: torch.Tensor) -> bool:
     return x.is_cuda or (INTERPRET and x.device.type == "cpu")
 
 
-def define_op(name: str, schema: str, impl: Callable, fake: Callable) -> None:
-    """Register ``wanscope::name``: ``schema`` its arguments and results in the operator schema
-    language, as ``torch.library.infer_schema`` writes them for ``impl``'s annotations (e.g.
-    ``"(Tensor x, SymInt n, float eps) -> Tensor"``), ``impl`` its one kernel for every device
-    (``CompositeExplicitAutograd``), ``fake`` the shapes and dtypes it returns, for
+def define_op(name: str, impl: Callable, fake: Callable) -> None:
+    """Register ``wanscope::name``: its schema inferred from ``impl``'s annotations
+    (``torch.library.infer_schema``, no argument mutated), ``impl`` its one kernel for every
+    device (``CompositeExplicitAutograd``), ``fake`` the shapes and dtypes it returns, for
     ``torch.compile``; tagged ``pt2_compliant_tag``. No backward formula: a backward through the
     op raises (the engine runs without gradients).
 
@@ -35,7 +34,7 @@ def define_op(name: str, schema: str, impl: Callable, fake: Callable) -> None:
         RuntimeError: the name is already registered (PyTorch's error).
     """
     qualname = f"wanscope::{name}"
-    _LIB.define(name + schema, tags=(torch.Tag.pt2_compliant_tag,))
+    _LIB.define(name + torch.library.infer_schema(impl, mutates_args=()), tags=(torch.Tag.pt2_compliant_tag,))
     _LIB.impl(name, impl, "CompositeExplicitAutograd")
     torch.library.register_fake(qualname, fake, lib=_LIB)
 

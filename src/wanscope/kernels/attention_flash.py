@@ -661,12 +661,7 @@ def _attention_flash_op_fake(q, k, v, qk, pv, block_m, block_n, num_warps, num_s
     return q.new_empty(q.shape)
 
 
-define_op(
-    "attention_flash",
-    "(Tensor q, Tensor k, Tensor v, str qk, str pv, SymInt block_m, SymInt block_n, SymInt num_warps, SymInt num_stages, bool warp_specialize, SymInt maxnreg) -> Tensor",
-    _attention_flash_op,
-    _attention_flash_op_fake,
-)
+define_op("attention_flash", _attention_flash_op, _attention_flash_op_fake)
 
 
 def attention_flash(

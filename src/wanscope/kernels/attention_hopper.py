@@ -160,12 +160,7 @@ def _attention_hopper_op_fake(q, k, v, qk_int8):
     return q.new_empty(q.shape)
 
 
-define_op(
-    "attention_hopper",
-    "(Tensor q, Tensor k, Tensor v, bool qk_int8) -> Tensor",
-    _attention_hopper_op,
-    _attention_hopper_op_fake,
-)
+define_op("attention_hopper", _attention_hopper_op, _attention_hopper_op_fake)
 
 
 def attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qk_int8: bool = False) -> torch.Tensor:

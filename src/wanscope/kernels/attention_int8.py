@@ -360,7 +360,7 @@ def _attention_op_fake(q, k, v, pv_fp8):
     return q.new_empty(q.shape)
 
 
-define_op("attention_int8", "(Tensor q, Tensor k, Tensor v, bool pv_fp8) -> Tensor", _attention_op, _attention_op_fake)
+define_op("attention_int8", _attention_op, _attention_op_fake)
 
 
 def attention_int8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pv_fp8: bool = True) -> torch.Tensor:

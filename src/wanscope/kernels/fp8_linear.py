@@ -166,7 +166,7 @@ def _quantize_op_fake(x, gelu):
     return x.new_empty(x.shape, dtype=FP8), x.new_empty((x.shape[0], 1), dtype=torch.float32)
 
 
-define_op("quantize_fp8_rows", "(Tensor x, bool gelu) -> (Tensor, Tensor)", _quantize_op, _quantize_op_fake)
+define_op("quantize_fp8_rows", _quantize_op, _quantize_op_fake)
 
 
 def quantize_fp8_rows(x: torch.Tensor, gelu: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

@@ -175,12 +175,7 @@ def _norm_modulate_op_fake(x, weight, bias, shift, scale, eps, out_dtype):
     return x.new_empty(x.shape, dtype=out_dtype)
 
 
-define_op(
-    "norm_modulate",
-    "(Tensor x, Tensor? weight, Tensor? bias, Tensor? shift, Tensor? scale, float eps, ScalarType out_dtype) -> Tensor",
-    _norm_modulate_op,
-    _norm_modulate_op_fake,
-)
+define_op("norm_modulate", _norm_modulate_op, _norm_modulate_op_fake)
 
 
 def _add_norm_modulate_op(
@@ -201,12 +196,7 @@ def _add_norm_modulate_op_fake(x, y, gate, weight, bias, shift, scale, eps, out_
     return torch.empty_like(x), x.new_empty(x.shape, dtype=out_dtype)
 
 
-define_op(
-    "add_norm_modulate",
-    "(Tensor x, Tensor y, Tensor? gate, Tensor? weight, Tensor? bias, Tensor? shift, Tensor? scale, float eps, ScalarType out_dtype) -> (Tensor, Tensor)",
-    _add_norm_modulate_op,
-    _add_norm_modulate_op_fake,
-)
+define_op("add_norm_modulate", _add_norm_modulate_op, _add_norm_modulate_op_fake)
 
 
 def _gated_add_op(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
@@ -217,7 +207,7 @@ def _gated_add_op_fake(x, y, gate):
     return torch.empty_like(x)
 
 
-define_op("gated_add", "(Tensor x, Tensor y, Tensor gate) -> Tensor", _gated_add_op, _gated_add_op_fake)
+define_op("gated_add", _gated_add_op, _gated_add_op_fake)
 
 
 def norm_modulate(

@@ -148,12 +148,7 @@ def _rms_norm_rope_op_fake(x, weight, cos, sin, num_heads, eps):
     return x.new_empty(x.shape)
 
 
-define_op(
-    "rms_norm_rope",
-    "(Tensor x, Tensor weight, Tensor? cos, Tensor? sin, SymInt num_heads, float eps) -> Tensor",
-    _rms_norm_rope_op,
-    _rms_norm_rope_op_fake,
-)
+define_op("rms_norm_rope", _rms_norm_rope_op, _rms_norm_rope_op_fake)
 
 
 def rms_norm_rope(

@@ -15,6 +15,7 @@ from wanscope.trace import open_traces
 hta_analysis = pytest.importorskip(
     "hta.trace_analysis", reason="HTA is a test-only dependency: pip install -e '.[test]'"
 )
+hta_trace = pytest.importorskip("hta.common.trace")
 
 TRACE_FILTER = ["kineto/hta/trace_filter/sampled_rank-0.json.gz", "kineto/hta/trace_filter/sampled_rank-1.json.gz"]
 NS_RESOLUTION = "kineto/hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
@@ -23,7 +24,15 @@ NS_RESOLUTION = "kineto/hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.t
 def hta_on(paths, tmp_path):
     for p in paths:
         shutil.copy(p, tmp_path / p.name)
-    return hta_analysis.TraceAnalysis(trace_dir=str(tmp_path))
+    # HTA parses several ranks in a forked pool; a fork of this multithreaded process (DuckDB's
+    # and torch's threads) can crash in the child, and the pool then waits forever. So HTA
+    # parses in this process.
+    load = hta_trace.Trace.load_traces
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            hta_trace.Trace, "load_traces", lambda self, *a, **k: load(self, *a, **k, use_multiprocessing=False)
+        )
+        return hta_analysis.TraceAnalysis(trace_dir=str(tmp_path))
 
 
 @pytest.fixture(scope="module")

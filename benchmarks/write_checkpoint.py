@@ -113,12 +113,15 @@ def save_sharded(tensors: dict[str, torch.Tensor], folder: Path, stem: str) -> N
     if len(shards) == 1:
         save_file(shards[0], folder / f"{stem}.safetensors")
         return
-    weight_map = {}
+    weight_map, total = {}, 0
     for i, shard in enumerate(shards):
         file = f"{stem}-{i + 1:05d}-of-{len(shards):05d}.safetensors"
         save_file(shard, folder / file)
         weight_map |= dict.fromkeys(shard, file)
-    (folder / f"{stem}.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+        total += sum(t.numel() * t.element_size() for t in shard.values())
+    # the index as transformers and diffusers write it: their sharded loading reads both keys
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / f"{stem}.safetensors.index.json").write_text(json.dumps(index))
 
 
 def official_vae_module():

@@ -25,6 +25,7 @@ from wanscope.errors import InputError, UsageError
 from wanscope.wan.config import DiTConfig, check_positive_int
 from wanscope.wan.dit import WanDiT, keeps_fp32
 from wanscope.wan.meta import meta_device
+from wanscope.wan.transfer import to_device
 
 OFFICIAL_T5 = "models_t5_umt5-xxl-enc-bf16.pth"
 OFFICIAL_VAE = "Wan2.1_VAE.pth"
@@ -311,14 +312,17 @@ def assign_state_dict(
 ) -> None:
     """Load ``tensors`` into a meta-device ``model`` by assignment, exactly.
 
-    Each tensor is cast to ``dtype_of(name, param)`` and moved to ``device``.
+    Each tensor is cast to ``dtype_of(name, param)`` and moved to ``device`` (on CUDA through
+    pinned staging: ``transfer.to_device``).
 
     Raises:
         InputError: missing or unexpected keys (listed), or a shape mismatch, naming ``source``.
     """
     check_keys_and_shapes(model, {k: tuple(v.shape) for k, v in tensors.items()}, source)
     expected = dict(model.named_parameters())
-    state = {name: tensors[name].to(device=device, dtype=dtype_of(name, p)) for name, p in expected.items()}
+    names = list(expected)
+    moved = to_device([tensors[n] for n in names], [dtype_of(n, expected[n]) for n in names], device)
+    state = dict(zip(names, moved, strict=True))
     # tied parameters (one tensor under two names) get the same loaded tensor under each name
     canonical = {id(p): name for name, p in expected.items()}
     for name, p in model.named_parameters(remove_duplicate=False):

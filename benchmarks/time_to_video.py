@@ -265,12 +265,14 @@ def main() -> None:
 def result(args, srcs: list, runs: list) -> dict:
     import torch
 
+    ours = set(args.modes.split(",")) - {DIFFUSERS}
+    weights = str(args.checkpoint) if args.checkpoint else "random (--random-weights)" if ours else None
     return {
         "benchmark": "time_to_video",
         "date": datetime.date.today().isoformat(),
         "smoke": args.smoke,
         "commit": git_commit(),
-        "weights": str(args.checkpoint) if args.checkpoint else "random (--random-weights)",
+        "weights": weights,
         "diffusers_weights": str(args.diffusers_checkpoint) if args.diffusers_checkpoint else None,
         "preset": args.preset,
         "size": args.size,

@@ -71,7 +71,7 @@ def host(con, scope: Scope | None = None, top: int = 10, ranges: HostRanges | No
     with memory_limit(con, NEST_MEMORY_LIMIT):  # DuckDB's buffers shrunk beside the arrays, as ingest's nesting
         if ranges is None:
             ranges = host_ranges(con, scope)
-            ranges.position = ranges.cpu_parent = ranges.api_parent = None  # only the per-op totals need them
+            ranges.cpu_parent = ranges.api_parent = None  # only the per-op totals need them
     return _host(con, ranges, top)
 
 
@@ -184,8 +184,7 @@ def _op_totals(con, scope: Scope, steps: bool) -> list[dict]:
     total, self_ns, counted = ranges.tables["cpu_ops"]
     inv, parent, a_parent = ranges.position, ranges.cpu_parent, ranges.api_parent
     n = len(parent)
-    kind = np.empty(n, np.int8)  # by position
-    kind[inv] = ranges.key % (len(KINDS) + 1)
+    kind = ranges.kind
     ranges.register(con)
     try:
         launched = con.execute(LAUNCHED_SQL).fetchnumpy()

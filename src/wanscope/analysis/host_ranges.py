@@ -311,8 +311,9 @@ class HostRanges:
         api_parent: int32 [api_calls rows], in scan order: the enclosing ``cpu_ops`` range's
             position, -1 for none.
         threads: (rank, pid, tid) of each thread with ``cpu_ops`` ranges, in the nesting order.
-        key: int32 [cpu_ops rows], in scan order: thread index * (len(KINDS) + 1) + kind code,
-            for grouping by thread and kind with an integer.
+        thread: int32 [cpu_ops rows], by position: the index of the range's thread in ``threads``.
+        kind: int8 [cpu_ops rows], by position: the range's kind as its index in ``KINDS``
+            (another kind: ``len(KINDS)``).
         span_ns: rank -> first start to last end of its host ranges (ns).
     """
 
@@ -322,16 +323,20 @@ class HostRanges:
     cpu_parent: np.ndarray
     api_parent: np.ndarray
     threads: list[tuple]
-    key: np.ndarray
+    thread: np.ndarray
+    kind: np.ndarray
     span_ns: dict[int, int]
 
     def register(self, con) -> None:
-        """Register ``_host_<table>`` (total_ns, self_ns, counted; cpu_ops also key, api_calls
-        also call, the scan position), to join positionally."""
+        """Register ``_host_<table>`` (total_ns, self_ns, counted; cpu_ops also ``key``: thread
+        index * (len(KINDS) + 1) + kind code, for grouping by thread and kind with one integer;
+        api_calls also call, the scan position), to join positionally."""
         for table, (total, self_ns, counted) in self.tables.items():
             cols = {"total_ns": total, "self_ns": self_ns, "counted": counted}
             if table == "cpu_ops":
-                cols["key"] = self.key
+                key = self.thread * np.int32(len(KINDS) + 1)
+                key += self.kind
+                cols["key"] = key[self.position]  # in scan order
             else:
                 cols["call"] = np.arange(len(total), dtype=np.int64)
             con.register(f"_host_{table}", cols)
@@ -350,7 +355,12 @@ _PIECE_SQL = (
     f"SELECT rowid, id, coalesce(parent_id, -1) AS parent, start_ns, end_ns, ({_KIND_CODE_SQL})::TINYINT AS kind "
     "FROM cpu_ops WHERE rowid >= ? AND rowid < ?"
 )
-_THREADS_SQL = "SELECT rank, pid, tid, min(id) AS lo, max(id) + 1 AS hi FROM cpu_ops GROUP BY ALL ORDER BY lo"
+# Each thread's ranges are one block of ids whose first is a top range (nothing earlier on the
+# thread encloses it): the blocks from the top ranges alone, each up to the next one's start.
+_THREADS_SQL = """
+SELECT rank, pid, tid, lo, coalesce(lead(lo) OVER (ORDER BY lo), $n) AS hi
+FROM (SELECT rank, pid, tid, min(id) AS lo FROM cpu_ops WHERE parent_id IS NULL GROUP BY ALL)
+"""
 _API_SQL = """
 SELECT a.rowid, a.rank, a.start_ns, a.end_ns, coalesce(t.lo, -1) AS lo, coalesce(t.hi, -1) AS hi,
        dense_rank() OVER (ORDER BY a.rank, a.pid, a.tid) AS thread
@@ -382,7 +392,7 @@ def host_ranges(con, scope: Scope, steps: bool = True) -> HostRanges:
     n, cpu_lookup = scan_positions(con, "cpu_ops")
     limit = n if cpu_lookup is None else len(cpu_lookup)
     position = np.empty(n, np.int32)  # scan row -> position in the order
-    kind = np.empty(n, np.int8)  # by scan row
+    kind = np.empty(n, np.int8)  # by position
     s, e = np.empty(n, np.int64), np.empty(n, np.int64)
     parent = np.empty(n, np.int32)  # by position: the parent's position (ids are positions)
     for lo in range(0, limit, CHUNK):  # in pieces: DuckDB holds one piece's result at a time
@@ -390,14 +400,14 @@ def host_ranges(con, scope: Scope, steps: bool = True) -> HostRanges:
         at, rows = np.asarray(piece["id"], np.int64), np.asarray(piece["rowid"], np.int64)
         if cpu_lookup is not None:
             rows = cpu_lookup[rows]
-        position[rows], kind[rows] = at, piece["kind"]
+        position[rows], kind[at] = at, piece["kind"]
         s[at], e[at], parent[at] = piece["start_ns"], piece["end_ns"], piece["parent"]
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _host_threads AS {_THREADS_SQL}")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _host_threads AS {_THREADS_SQL}", {"n": n})
     thread_rows = con.execute("SELECT * FROM _host_threads ORDER BY lo").fetchall()
     blocks = [(int(r[0]), int(r[3]), int(r[4])) for r in thread_rows]  # (rank, lo, hi) per thread
     first = np.zeros(n, bool)
     first[[lo for _, lo, _ in blocks]] = True
-    thread = (np.cumsum(first, dtype=np.int32) - 1)[position]  # by scan row: the thread's index
+    thread = np.cumsum(first, dtype=np.int32) - 1  # by position: the thread's index
     siblings = Siblings.of(parent, first)
     del first
     cut = cut_ends(s, e, parent, siblings)
@@ -473,7 +483,8 @@ def host_ranges(con, scope: Scope, steps: bool = True) -> HostRanges:
         parent,
         a_parent,
         [tuple(row[:3]) for row in thread_rows],
-        thread * (len(KINDS) + 1) + kind,
+        thread,
+        kind,
         {r: hi - lo for r, (lo, hi) in span.items()},
     )
 

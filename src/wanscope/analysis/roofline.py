@@ -63,7 +63,7 @@ _CODES_SQL = "SELECT k.rowid AS kr, n.code FROM kernels k JOIN _roofline_names n
 _CALLS_SQL = "SELECT rowid AS i, rank, start_ns, end_ns FROM api_calls"
 # every op's times (a filter on the name too took three times as long)
 _TIMES_SQL = "SELECT rowid AS r, start_ns, end_ns FROM cpu_ops WHERE kind = 'op'"
-_NAMES_SQL = "SELECT c.rowid, c.name FROM cpu_ops c SEMI JOIN (SELECT unnest($rows) AS r) x ON c.rowid = x.r"
+_NAMES_SQL = "SELECT c.id, c.name FROM cpu_ops c SEMI JOIN (SELECT unnest($ids) AS i) x ON c.id = x.i"
 _SHAPES_SQL = "SELECT count(*) FROM (SELECT 1 FROM cpu_ops WHERE input_dims IS NOT NULL LIMIT 1)"
 NO_OP = "(no op)"
 UNCOUNTED_NOTE_PCT = 1  # a note names the uncounted ops where they hold at least this % of kernel time
@@ -227,12 +227,6 @@ def _kernels(con) -> dict[str, np.ndarray]:
     }
 
 
-def _thread_of_position(ranges: HostRanges) -> np.ndarray:
-    thread = np.empty(len(ranges.position), np.int64)
-    thread[ranges.position] = ranges.key // (len(KINDS) + 1)
-    return thread
-
-
 def _outermost(
     ranges: HostRanges, counted: np.ndarray, start: np.ndarray, end: np.ndarray, kernels: dict
 ) -> np.ndarray:
@@ -247,7 +241,7 @@ def _outermost(
     ops = np.flatnonzero(counted)  # in position order: by thread, then start, longer first
     if not len(ops) or not len(best):
         return best
-    thread = _thread_of_position(ranges)
+    thread = ranges.thread
     op_thread = thread[ops]
     outer = np.ones(len(ops), bool)
     bounds = np.flatnonzero(np.diff(op_thread)) + 1
@@ -276,8 +270,7 @@ def _innermost_op(ranges: HostRanges, calls: np.ndarray) -> np.ndarray:
     """For each API call (scan rows ``calls``): its innermost enclosing range of kind ``op`` in
     ``HostRanges``' nesting (a position), -1 for none; one vectorized step per level."""
     parent = ranges.cpu_parent
-    is_op = np.zeros(len(parent), bool)
-    is_op[ranges.position] = ranges.key % (len(KINDS) + 1) == KINDS.index("op")
+    is_op = ranges.kind == KINDS.index("op")
     at = ranges.api_parent[calls].astype(np.int64)
     inner = np.full(len(calls), -1, np.int64)
     live = np.flatnonzero(at >= 0)
@@ -297,12 +290,8 @@ def _op_names(con, ranges: HostRanges, positions: np.ndarray) -> dict[int, str]:
     positions = np.unique(positions)
     if not len(positions):
         return {}
-    scan_row = np.empty(len(ranges.position), np.int64)
-    scan_row[ranges.position] = np.arange(len(ranges.position))
-    rows = scan_row[positions]
-    at = dict(zip(rows.tolist(), positions.tolist(), strict=True))
-    got = con.execute(_NAMES_SQL, {"rows": rows.tolist()}).fetchall()
-    return {at[int(r)]: name for r, name in got}
+    got = con.execute(_NAMES_SQL, {"ids": positions.tolist()}).fetchall()  # a position is its id
+    return {int(i): name for i, name in got}
 
 
 def time_at_roof(flops: dict[str, float], nbytes: float, peaks: Peaks) -> tuple[float, str] | None:

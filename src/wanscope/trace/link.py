@@ -106,17 +106,25 @@ def jump_back(cand: np.ndarray, e: np.ndarray, need: np.ndarray, parent: np.ndar
 
 
 def _depths(parent: np.ndarray) -> np.ndarray:
-    """The number of ancestors of each node of a forest given by ``parent`` (-1 at a root):
-    pointer doubling, each node adding the distance its ancestor pointer has covered, in
-    log2 of the depth rounds. int32 [n]."""
-    depth = (parent >= 0).astype(np.int32)
-    anc = parent.copy()
-    live = np.flatnonzero(anc >= 0)
-    while len(live):
-        a = anc[live]
-        depth[live] += depth[a]  # before the jump: the distance from a to its own ancestor
-        anc[live] = anc[a]
-        live = live[anc[live] >= 0]
+    """The number of ancestors of each node of a forest given by ``parent`` (-1 at a root), int32
+    [n]: level by level from the roots, each level's children gathered from the nodes grouped by
+    parent (a stable sort, radix for int32), so every node is touched once."""
+    n = len(parent)
+    depth = np.zeros(n, np.int32)
+    by_parent = np.argsort(parent, kind="stable").astype(np.int32)
+    roots = int(np.count_nonzero(parent < 0))  # sorted first: -1 is the smallest
+    count = np.bincount(parent[parent >= 0], minlength=n)  # children per node
+    first = np.cumsum(count) - count + roots  # where a node's children start in by_parent
+    level, d = by_parent[:roots], 0
+    while len(level):
+        depth[level] = d
+        k = count[level]
+        total = int(k.sum())
+        if not total:
+            break
+        # the children of every node of the level: each node's run in by_parent, concatenated
+        offset = np.repeat(first[level] - (np.cumsum(k) - k), k)
+        level, d = by_parent[offset + np.arange(total)], d + 1
     return depth
 
 

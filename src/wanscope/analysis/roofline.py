@@ -38,7 +38,7 @@ import numpy as np
 import orjson
 
 from wanscope.analysis import flops as flops_mod
-from wanscope.analysis.categories import OTHER, categorize
+from wanscope.analysis.categories import OTHER, sql_case
 from wanscope.analysis.host_ranges import KINDS, HostRanges, host_ranges
 from wanscope.analysis.launches import groups
 from wanscope.analysis.peaks import Peaks, device_peaks
@@ -192,8 +192,10 @@ def _kernels(con) -> dict[str, np.ndarray]:
     """Per kernel launched by an API call: ``i`` (the call's scan row), ``rank``,
     ``call_start``, ``call_end`` (the call's, ns), ``device``, ``cat`` (index into ``cats``),
     ``kernels`` (1), ``ns`` (its duration); ``cats`` the category names."""
-    names = [n for (n,) in con.execute("SELECT DISTINCT name FROM kernels").fetchall()]
-    of = [categorize(n) for n in names]
+    names, of = [], []
+    for name, category in con.execute(f"SELECT name, {sql_case()} FROM (SELECT DISTINCT name FROM kernels)").fetchall():
+        names.append(name)
+        of.append(category)
     cats = sorted(set(of) | {OTHER})
     code = {c: i for i, c in enumerate(cats)}
     con.register(

@@ -38,6 +38,35 @@ def plain(tensors, dtypes, device):
     return [t.to(device=device, dtype=d) for t, d in zip(tensors, dtypes, strict=True)]
 
 
+def measure(parts: Components, name: str, copies: dict, device: torch.device) -> dict:
+    """One model's loads in ``ORDER`` (s, device synchronized), its tensor count and bytes, and
+    whether the first plain and staged loads are bit-equal."""
+    times: dict[str, list[float]] = {"plain": [], "staged": []}
+    first: dict[str, dict[str, torch.Tensor]] = {}
+    for how in ORDER:
+        weights.to_device = copies[how]
+        sync(device)
+        t = time.perf_counter()
+        model = getattr(parts, name)()
+        sync(device)
+        times[how].append(round(time.perf_counter() - t, 4))
+        if how not in first:
+            module = getattr(model, "model", model)  # a TextEncoder holds its module
+            first[how] = {k: v.detach().clone() for k, v in module.state_dict().items()}
+        del model
+    a, b = first["plain"], first["staged"]
+    result = {
+        "load_s": times,
+        "tensors": len(a),
+        "bytes": sum(v.numel() * v.element_size() for v in a.values()),
+        "bit_equal": a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a),
+    }
+    del a, b, first
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", type=Path, required=True)
@@ -50,33 +79,12 @@ def main() -> None:
     parts = Components(config=get_preset(args.preset), device=device, dtype=torch.bfloat16, checkpoint=args.checkpoint)
     copies = {"plain": plain, "staged": weights.to_device}
     models = {}
-    for name in ("text_encoder", "dit", "vae"):
-        times: dict[str, list[float]] = {"plain": [], "staged": []}
-        first: dict[str, dict[str, torch.Tensor]] = {}
-        for how in ORDER:
-            weights.to_device = copies[how]
-            sync(device)
-            t = time.perf_counter()
-            model = getattr(parts, name)()
-            sync(device)
-            times[how].append(round(time.perf_counter() - t, 4))
-            if how not in first:
-                module = getattr(model, "model", model)  # a TextEncoder holds its module
-                first[how] = {k: v.detach().clone() for k, v in module.state_dict().items()}
-            del model
+    try:
+        for name in ("text_encoder", "dit", "vae"):
+            models[name] = measure(parts, name, copies, device)
+            print(name, models[name], flush=True)
+    finally:
         weights.to_device = copies["staged"]
-        a, b = first["plain"], first["staged"]
-        equal = a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
-        models[name] = {
-            "load_s": times,
-            "tensors": len(a),
-            "bytes": sum(v.numel() * v.element_size() for v in a.values()),
-            "bit_equal": equal,
-        }
-        del a, b, first
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-        print(name, models[name], flush=True)
     result = {
         "benchmark": "load_transfer",
         "date": datetime.date.today().isoformat(),

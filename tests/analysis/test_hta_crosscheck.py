@@ -30,7 +30,7 @@ def hta_on(paths, tmp_path):
     load = hta_trace.Trace.load_traces
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(
-            hta_trace.Trace, "load_traces", lambda self, *a, **k: load(self, *a, **k, use_multiprocessing=False)
+            hta_trace.Trace, "load_traces", lambda self, *a, **k: load(self, *a, **{**k, "use_multiprocessing": False})
         )
         return hta_analysis.TraceAnalysis(trace_dir=str(tmp_path))
 

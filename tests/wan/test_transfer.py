@@ -35,6 +35,13 @@ def test_staged_copy_moves_every_byte_for_any_buffer_size(stage_bytes):
         _same(g, t.to(d))
 
 
+def test_staged_copy_refuses_an_empty_buffer_and_to_device_unpaired_dtypes():
+    with pytest.raises(ValueError, match="stage_bytes"):
+        staged_copy([torch.ones(2)], [torch.float32], torch.device("cpu"), pin_memory=False, stage_bytes=0)
+    with pytest.raises(ValueError, match="1 tensors but 2 dtypes"):
+        to_device([torch.ones(2)], [torch.float32, torch.float32], "cpu")
+
+
 def test_to_device_off_cuda_is_a_plain_to():
     t = torch.randn(4, 4)
     (same,) = to_device([t], [torch.float32], "cpu")
@@ -43,10 +50,8 @@ def test_to_device_off_cuda_is_a_plain_to():
     _same(half, t.to(torch.bfloat16))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_to_device_on_cuda_equals_a_pageable_copy(tmp_path):
-    """Memory-mapped tensors larger than a staging buffer and small ones between them, some cast
-    on the device, exactly as ``.to("cuda", dtype)`` copies them."""
+def _checkpoint(tmp_path):
+    """Memory-mapped tensors larger than a staging buffer and small ones between them."""
     from safetensors.torch import load_file, save_file
 
     g = torch.Generator().manual_seed(1)
@@ -62,9 +67,31 @@ def test_to_device_on_cuda_equals_a_pageable_copy(tmp_path):
     )
     mapped = load_file(tmp_path / "w.safetensors")
     names = sorted(mapped)
-    dtypes = [torch.bfloat16, torch.bfloat16, torch.float32, torch.float32]
-    got = to_device([mapped[n] for n in names], dtypes, "cuda")
+    return [mapped[n] for n in names], [torch.bfloat16, torch.bfloat16, torch.float32, torch.float32]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_to_device_on_cuda_equals_a_pageable_copy_behind_a_busy_stream(tmp_path):
+    """Exactly as ``.to("cuda", dtype)`` copies them, some cast on the device, while the stream
+    is held back by a long kernel first: a buffer refilled before its transfer ran would show."""
+    tensors, dtypes = _checkpoint(tmp_path)
+    torch.cuda._sleep(1 << 30)  # ~0.5 s of spinning ahead of the copies on the current stream
+    got = to_device(tensors, dtypes, "cuda")
     torch.cuda.synchronize()
-    for g_, n, d in zip(got, names, dtypes, strict=True):
+    for g_, t, d in zip(got, tensors, dtypes, strict=True):
         assert g_.device.type == "cuda"
-        _same(g_, mapped[n].to("cuda", d))
+        _same(g_, t.to("cuda", d))
+    assert to_device([], [], "cuda") == []
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_to_device_on_another_device_than_the_current_one(tmp_path):
+    tensors, dtypes = _checkpoint(tmp_path)
+    with torch.cuda.device(0):
+        with torch.cuda.device(1):
+            torch.cuda._sleep(1 << 30)  # the target device's stream busy
+        got = to_device(tensors, dtypes, "cuda:1")
+        torch.cuda.synchronize(1)
+    for g_, t, d in zip(got, tensors, dtypes, strict=True):
+        assert g_.device == torch.device("cuda:1")
+        _same(g_, t.to("cuda:1", d))

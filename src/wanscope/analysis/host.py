@@ -22,7 +22,7 @@ from wanscope.trace.load import NEST_MEMORY_LIMIT
 
 TOP_CALLS = 5
 
-# by thread and kind as one integer (``HostRanges.key``), then name: grouping by the VARCHAR
+# by thread and kind as one integer (the ``key`` column of ``HostRanges.register``), then name: grouping by the VARCHAR
 # kind beside the name took twice as long
 _OPS_SQL = """
 SELECT x.key, name, count(*) AS count, sum(total_ns) AS total_ns, sum(self_ns) AS self_ns
@@ -184,7 +184,6 @@ def _op_totals(con, scope: Scope, steps: bool) -> list[dict]:
     total, self_ns, counted = ranges.tables["cpu_ops"]
     inv, parent, a_parent = ranges.position, ranges.cpu_parent, ranges.api_parent
     n = len(parent)
-    kind = ranges.kind
     ranges.register(con)
     try:
         launched = con.execute(LAUNCHED_SQL).fetchnumpy()
@@ -197,11 +196,11 @@ def _op_totals(con, scope: Scope, steps: bool) -> list[dict]:
     for code in (KINDS.index("op"), KINDS.index("python")):
         at = a_parent[calls]
         live = np.flatnonzero(at >= 0)
-        live = live[kind[at[live]] != code]
+        live = live[ranges.kind[at[live]] != code]
         while len(live):  # up to the innermost enclosing range of this kind
             at[live] = parent[at[live]]
             live = live[at[live] >= 0]
-            live = live[kind[at[live]] != code]
+            live = live[ranges.kind[at[live]] != code]
         ok = at >= 0
         kernels += np.bincount(at[ok], minlength=n)
         kernel_ns += np.bincount(at[ok], weights=k_ns[ok], minlength=n)

@@ -59,7 +59,7 @@ SELECT a.rowid AS i, k.rowid AS kr, k.device, k.dur_ns AS ns
 FROM api_calls a JOIN kernels k ON k.rank = a.rank AND k.pid = a.pid AND k.correlation = a.correlation
 WHERE a.correlation IS NOT NULL
 """
-_CODES_SQL = "SELECT k.rowid AS kr, n.code FROM kernels k JOIN _roofline_names n ON n.name = k.name"
+_CODES_SQL = "SELECT k.rowid AS kr, n.code FROM kernels k JOIN _roofline_names n ON n.name IS NOT DISTINCT FROM k.name"
 _CALLS_SQL = "SELECT rowid AS i, rank, start_ns, end_ns FROM api_calls"
 # every op's times (a filter on the name too took three times as long)
 _TIMES_SQL = "SELECT rowid AS r, start_ns, end_ns FROM cpu_ops WHERE kind = 'op'"
@@ -175,7 +175,7 @@ def _roofline(con, ranges: HostRanges, read: Inputs, top: int, overrides: tuple)
     best = _outermost(ranges, sig_of >= 0, start, end, kernels)
     inner = _innermost_op(ranges, kernels["i"])
     devices = []
-    names_of = _op_names(con, ranges, inner[(best < 0) & (inner >= 0)])
+    names_of = _op_names(con, inner[(best < 0) & (inner >= 0)])
     for (rank, device), sel in groups(kernels["rank"], kernels["device"]):
         gpu, trace_bw = read.devices.get((rank, device), (None, None))
         peaks = device_peaks(gpu, trace_bw, *overrides)
@@ -287,7 +287,7 @@ def _innermost_op(ranges: HostRanges, calls: np.ndarray) -> np.ndarray:
     return inner
 
 
-def _op_names(con, ranges: HostRanges, positions: np.ndarray) -> dict[int, str]:
+def _op_names(con, positions: np.ndarray) -> dict[int, str]:
     """position -> name of the ``cpu_ops`` rows at ``positions``."""
     positions = np.unique(positions)
     if not len(positions):

@@ -81,7 +81,7 @@ def find_syncs(con, gpu_ranks: set[int], scope: Scope | None = None) -> list[dic
          OR (c.name LIKE '%emcpy%Async%' AND EXISTS (
                SELECT 1 FROM memops m WHERE m.rank = c.rank AND m.pid = c.pid
                  AND m.correlation = c.correlation AND m.name LIKE '%Pageable%'))),
-    enc AS (  -- a range that holds a call lasts at least as long: most ranges are dropped by the scan
+    enc AS (  -- a range that holds a call lasts at least as long: shorter ones are dropped before the join
       SELECT c.call_id, o.id, o.kind, o.name, {containment_key("o")} AS outside FROM calls c
       JOIN (SELECT * FROM cpu_ops WHERE end_ns - start_ns >= (SELECT min(end_ns - start_ns) FROM calls)) o
         ON o.rank = c.rank AND o.pid = c.pid AND o.tid = c.tid

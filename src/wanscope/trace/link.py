@@ -108,13 +108,13 @@ def jump_back(cand: np.ndarray, e: np.ndarray, need: np.ndarray, parent: np.ndar
 def _depths(parent: np.ndarray) -> np.ndarray:
     """The number of ancestors of each node of a forest given by ``parent`` (-1 at a root), int32
     [n]: level by level from the roots, each level's children gathered from the nodes grouped by
-    parent (a stable sort, radix for int32), so every node is touched once."""
+    parent (one stable sort), so each node is visited in one level only."""
     n = len(parent)
     depth = np.zeros(n, np.int32)
     by_parent = np.argsort(parent, kind="stable").astype(np.int32)
     roots = int(np.count_nonzero(parent < 0))  # sorted first: -1 is the smallest
-    count = np.bincount(parent[parent >= 0], minlength=n)  # children per node
-    first = np.cumsum(count) - count + roots  # where a node's children start in by_parent
+    count = np.bincount(parent[parent >= 0], minlength=n).astype(np.int32)  # children per node
+    first = np.cumsum(count, dtype=np.int32) - count + roots  # where a node's children start in by_parent
     level, d = by_parent[:roots], 0
     while len(level):
         depth[level] = d

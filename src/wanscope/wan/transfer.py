@@ -17,22 +17,32 @@ STAGE_BYTES = 64 << 20  # per staging buffer; two of them (a few tens of ms to p
 
 
 def to_device(tensors: list[torch.Tensor], dtypes: list[torch.dtype], device: torch.device | str) -> list[torch.Tensor]:
-    """``tensors[i].to(device, dtypes[i])`` for each i, exactly, through pinned staging on CUDA.
+    """``tensors[i].to(device, dtypes[i])`` for each i, through pinned staging on CUDA.
 
     Args:
         tensors: CPU tensors (memory-mapped or not), any dtypes and shapes.
-        dtypes: the dtype of each result.
+        dtypes: the dtype of each result, one per tensor.
         device: where the results go; off CUDA each is a plain ``.to`` (no copy where nothing
             changes).
 
     Returns:
-        The tensors on ``device``, contiguous, in ``dtypes``; on CUDA their copies are queued on
-        the current stream (ordered before any later work on it).
+        The tensors on ``device`` in ``dtypes``, equal to ``.to``'s; on CUDA contiguous, their
+        copies queued on ``device``'s current stream (ordered before later work on that stream;
+        another stream must wait for it).
+
+    Raises:
+        ValueError: ``tensors`` and ``dtypes`` differ in length.
     """
+    if len(tensors) != len(dtypes):
+        raise ValueError(f"{len(tensors)} tensors but {len(dtypes)} dtypes")
     device = torch.device(device)
     if device.type != "cuda":
         return [t.to(device=device, dtype=d) for t, d in zip(tensors, dtypes, strict=True)]
-    return staged_copy(tensors, dtypes, device, pin_memory=True)
+    total = sum(t.numel() * t.element_size() for t in tensors)
+    if not total:
+        return [torch.empty(t.shape, dtype=d, device=device) for t, d in zip(tensors, dtypes, strict=True)]
+    with torch.cuda.device(device):  # events and streams are the current device's
+        return staged_copy(tensors, dtypes, device, pin_memory=True, stage_bytes=min(STAGE_BYTES, total))
 
 
 def staged_copy(
@@ -42,15 +52,23 @@ def staged_copy(
     pin_memory: bool,
     stage_bytes: int = STAGE_BYTES,
 ) -> list[torch.Tensor]:
-    """The copy of ``to_device`` through two staging buffers of ``stage_bytes`` (pinned with
-    ``pin_memory``): on a CUDA ``device`` a buffer is refilled once its last transfer is done
-    (an event); elsewhere each copy is synchronous (how the packing is tested on the CPU)."""
+    """The copy of ``to_device`` through two staging buffers of ``stage_bytes`` (>= 1; pinned
+    with ``pin_memory``): on CUDA (``device`` the current device) a buffer is refilled once an
+    event after its last transfer has passed; elsewhere each copy is synchronous (how the packing
+    is tested on the CPU). Each tensor is cast, where its dtype changes, right after its bytes
+    are queued, so the device holds one uncast tensor at a time.
+
+    Raises:
+        ValueError: ``stage_bytes`` < 1.
+    """
+    if stage_bytes < 1:
+        raise ValueError(f"stage_bytes must be >= 1, not {stage_bytes}")
     cuda = device.type == "cuda"
     buffers = [torch.empty(stage_bytes, dtype=torch.uint8, pin_memory=pin_memory) for _ in range(2)]
     in_flight: list[torch.cuda.Event | None] = [None, None]
     slot, fill = 0, 0
     out = []
-    for t in tensors:
+    for t, dtype in zip(tensors, dtypes, strict=True):
         dst = torch.empty(t.shape, dtype=t.dtype, device=device)
         src = t.contiguous().reshape(-1).view(torch.uint8)
         dst_bytes = dst.reshape(-1).view(torch.uint8)
@@ -70,5 +88,5 @@ def staged_copy(
             dst_bytes[done : done + size].copy_(piece, non_blocking=cuda)
             done += size
             fill += size
-        out.append(dst)
-    return [t if t.dtype == d else t.to(d) for t, d in zip(out, dtypes, strict=True)]
+        out.append(dst if dst.dtype == dtype else dst.to(dtype))
+    return out

@@ -313,7 +313,8 @@ def assign_state_dict(
     """Load ``tensors`` into a meta-device ``model`` by assignment, exactly.
 
     Each tensor is cast to ``dtype_of(name, param)`` and moved to ``device`` (on CUDA through
-    pinned staging: ``transfer.to_device``).
+    pinned staging, ``transfer.to_device``: the copies are queued on the device's current
+    stream, and work on another stream must wait for it).
 
     Raises:
         InputError: missing or unexpected keys (listed), or a shape mismatch, naming ``source``.

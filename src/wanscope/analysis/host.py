@@ -22,8 +22,8 @@ from wanscope.trace.load import NEST_MEMORY_LIMIT
 
 TOP_CALLS = 5
 
-# by thread and kind as one integer (the ``key`` column of ``HostRanges.register``), then name: grouping by the VARCHAR
-# kind beside the name took twice as long
+# by thread and kind as one integer (the ``key`` column of ``HostRanges.register``), then name:
+# grouping by the VARCHAR kind beside the name took twice as long
 _OPS_SQL = """
 SELECT x.key, name, count(*) AS count, sum(total_ns) AS total_ns, sum(self_ns) AS self_ns
 FROM cpu_ops POSITIONAL JOIN _host_cpu_ops x WHERE counted GROUP BY x.key, name

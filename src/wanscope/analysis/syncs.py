@@ -68,6 +68,13 @@ def _user_frame(column: str) -> str:
     return " AND ".join(f"NOT starts_with({column}, '{p}')" for p in _LIBRARY_FRAME)
 
 
+def _long_enough(held: str) -> str:
+    """SQL: the ``cpu_ops`` rows lasting at least as long as the shortest row of ``held`` (a
+    CTE with start_ns, end_ns). A range that holds another lasts at least as long, so the
+    containment joins below probe these alone: most short ranges are dropped before the join."""
+    return f"(SELECT * FROM cpu_ops WHERE end_ns - start_ns >= (SELECT min(end_ns - start_ns) FROM {held}))"
+
+
 def find_syncs(con, gpu_ranks: set[int], scope: Scope | None = None) -> list[dict]:
     """Every blocking wait in the trace (in ``scope``: overlapping a selected step's CPU
     range of the same process), by rank and start time. Each record: ``kind`` (``sync`` or
@@ -81,10 +88,9 @@ def find_syncs(con, gpu_ranks: set[int], scope: Scope | None = None) -> list[dic
          OR (c.name LIKE '%emcpy%Async%' AND EXISTS (
                SELECT 1 FROM memops m WHERE m.rank = c.rank AND m.pid = c.pid
                  AND m.correlation = c.correlation AND m.name LIKE '%Pageable%'))),
-    enc AS (  -- a range that holds a call lasts at least as long: shorter ones are dropped before the join
+    enc AS (
       SELECT c.call_id, o.id, o.kind, o.name, {containment_key("o")} AS outside FROM calls c
-      JOIN (SELECT * FROM cpu_ops WHERE end_ns - start_ns >= (SELECT min(end_ns - start_ns) FROM calls)) o
-        ON o.rank = c.rank AND o.pid = c.pid AND o.tid = c.tid
+      JOIN {_long_enough("calls")} o ON o.rank = c.rank AND o.pid = c.pid AND o.tid = c.tid
        AND o.start_ns <= c.start_ns AND o.end_ns >= c.end_ns),
     named AS (
       SELECT call_id,
@@ -137,7 +143,7 @@ def _would_syncs(con, ranks: list[int], scope: Scope) -> list[dict]:
         AND {scope.overlaps_steps("o.rank", "o.pid", "o.start_ns", "o.end_ns")}),
     frames AS (
       SELECT h.id, arg_max(f.name, {containment_key("f")}) AS frame FROM hits h
-      JOIN cpu_ops f ON f.rank = h.rank AND f.pid = h.pid AND f.tid = h.tid AND f.kind = 'python'
+      JOIN {_long_enough("hits")} f ON f.rank = h.rank AND f.pid = h.pid AND f.tid = h.tid AND f.kind = 'python'
        AND f.start_ns <= h.start_ns AND f.end_ns >= h.end_ns AND {_user_frame("f.name")}
       GROUP BY h.id)
     SELECT h.rank, h.name, fr.frame, h.start_ns, h.dur_ns FROM hits h LEFT JOIN frames fr USING (id)

@@ -26,6 +26,11 @@ factor and margin), and each video against the untiled frame-by-frame one of its
     python benchmarks/vae_decode.py --out benchmarks/results
     python benchmarks/vae_decode.py --placements --out benchmarks/results
     python benchmarks/vae_decode.py --smoke --out /tmp/r        # tiny VAE on the CPU
+
+``--variants`` runs only the named ones (the first named is then the reference). To compare two
+trees, run each tree's copy of this script with the same ``--reference FILE``: the first run
+saves its first variant's video there, a later run compares every variant with it as well
+(``vs_reference``).
 """
 
 from __future__ import annotations
@@ -130,6 +135,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--placements", action="store_true", help="the memory planner's placements instead")
+    p.add_argument("--variants", help=f"comma-separated, of: {', '.join(VARIANTS)}")
+    p.add_argument("--reference", type=Path, help="the video to compare with, saved there when absent")
     p.add_argument("--label")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
@@ -167,7 +174,13 @@ def main() -> None:
 def variants(args, preset, device, latents, base, state) -> dict:
     """Each of ``VARIANTS`` (module docstring)."""
     results, reference = {}, None
-    for name, (dtype, channels_last, benchmark) in VARIANTS.items():
+    names = args.variants.split(",") if args.variants else list(VARIANTS)
+    unknown = sorted(set(names) - set(VARIANTS))
+    if unknown:
+        raise SystemExit(f"unknown variants: {', '.join(unknown)}")
+    saved = torch.load(args.reference) if args.reference and args.reference.exists() else None
+    for name in names:
+        dtype, channels_last, benchmark = VARIANTS[name]
         torch.backends.cudnn.benchmark = benchmark
         if name.startswith("diffusers"):  # the last: ours leaves the device for it
             base.to("cpu")
@@ -191,8 +204,12 @@ def variants(args, preset, device, latents, base, state) -> dict:
         row = {"first_s": round(times[0], 3), "median_s": round(statistics.median(times[1:]), 3)}
         if reference is None:
             reference = (video, frames)
+            if args.reference and saved is None:
+                torch.save((video.cpu(), frames), args.reference)
         else:
             row |= compare(video, frames, reference)
+        if saved is not None:
+            row["vs_reference"] = compare(video.cpu(), frames, saved)
         row["peak_memory_bytes"] = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()

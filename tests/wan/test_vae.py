@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wan_helpers import rel_max_err
+from wan_helpers import rel_l2, rel_max_err
 
 from wanscope.errors import InputError
 from wanscope.wan.config import VAEConfig
@@ -79,15 +79,15 @@ def test_folder_decodes_as_diffusers_in_fp32_and_bf16(diffusers_folder):
     video = decode(ours, LATENTS, CFG)
     assert video.shape == reference.shape == VIDEO_SHAPE
     assert rel_max_err(video, reference) <= 1e-6  # the same operations in the same order: equal here
-    # bf16 against diffusers' own bf16 load of the folder: both run every convolution, the
-    # attention and the residual adds in bf16 and the norms and interpolation in fp32, in the same
-    # order, so they agree here too; the bound leaves room for one bf16 rounding (2^-8) apart
+    # bf16: no further from the fp32 decode than diffusers' own bf16 load of the folder is (ours
+    # computes each norm and the SiLU after it in fp32 and rounds once)
     ours = load_vae(folder, CFG, torch.bfloat16, "cpu")
     assert {p.dtype for p in ours.parameters()} == {torch.bfloat16}
     theirs_bf16 = AutoencoderKLWan.from_pretrained(str(folder), torch_dtype=torch.bfloat16).eval()
     with torch.no_grad():
-        reference = theirs_bf16.decode(_un_normalized(LATENTS, torch.bfloat16), return_dict=False)[0].float()
-    assert rel_max_err(decode(ours, LATENTS, CFG), reference) <= 2**-8
+        theirs_video = theirs_bf16.decode(_un_normalized(LATENTS, torch.bfloat16), return_dict=False)[0].float()
+    ours_err, theirs_err = rel_l2(decode(ours, LATENTS, CFG), reference), rel_l2(theirs_video, reference)
+    assert 0 < ours_err <= theirs_err, (ours_err, theirs_err)
 
 
 def test_official_layout_decodes_as_the_official_decoder(official, tmp_path):

@@ -1,9 +1,11 @@
-"""Triton kernels for the memory-bound chain of the Wan DiT block, each a ``torch.library``
+"""Triton kernels for the memory-bound chains of the Wan DiT block and the VAE decoder, each a ``torch.library``
 operator (namespace ``wanscope``, ``_dispatch.define_op``) with a fake implementation, so
 eager code and ``torch.compile`` call them alike.
 
 * ``norm_modulate``: residual add (optionally gated) + LayerNorm + adaLN modulation, one pass.
 * ``rms_norm_rope``: q/k RMSNorm across heads + 3-D RoPE, written head-split for attention.
+* ``causal_norm_silu``: the VAE decoder's causal convolution input: its kept frames, then RMS
+  norm over the channels + SiLU of the new ones, in one pass.
 
 Where each op runs: CUDA tensors always run the Triton kernel. CPU tensors run it under
 Triton's interpreter when ``TRITON_INTERPRET=1`` was set before this package was imported

@@ -20,8 +20,10 @@ starts at the second latent frame (the official code's ``"Rep"`` first-chunk mar
 frames decode to ``1 + 4 (F - 1)`` video frames at Wan2.1's two such levels.
 
 The RMS norm is ``x / ||x||_2 * sqrt(C) * gamma`` over the channels (no mean, no epsilon but
-``F.normalize``'s), its statistics in fp32 for a half-precision input; the upsampling's
-interpolation runs in fp32 too. Parameter names are diffusers' (``post_quant_conv.weight``,
+``F.normalize``'s), its statistics in fp32 for a half-precision input; before a convolution
+it runs with the SiLU after it and the frames the convolution keeps in one pass
+(``kernels.causal_norm_silu``: fp32 arithmetic, one rounding). The upsampling's interpolation
+runs in fp32 too. Parameter names are diffusers' (``post_quant_conv.weight``,
 ``decoder.up_blocks.N.resnets.M.conv1.weight``, ...), so a diffusers ``vae/`` folder loads as it
 is saved and the official names map onto them (``vae.decoder_key``).
 """
@@ -45,25 +47,26 @@ class CausalConv3d(nn.Conv3d):
     """A 3-D convolution zero-padded ``kernel - 1`` frames in front (none behind) and
     ``kernel // 2`` on each side in height and width, so its output has its input's size.
 
-    ``forward(x, cache)``: x [B, C_in, T, H, W] -> [B, C_out, T, H, W]. A temporal kernel above 1
-    needs ``cache``: the frames it holds for this convolution replace that many zeros in front,
-    and the last frames of its input are left there for the next call.
+    ``forward(x, cache, norm)``: x [B, C_in, T, H, W] -> [B, C_out, T, H, W]. A temporal kernel
+    above 1 needs ``cache``: the frames it holds for this convolution replace that many zeros in
+    front, and the last frames of its input are left there for the next call. ``norm`` (an
+    ``RMSNorm``): the convolution's input is ``silu(norm(x))``, made with the frames in front in
+    one pass (``kernels.causal_norm_silu``; on CUDA a Triton kernel); the spatial zeros are the
+    convolution's own padding. Only convolutions with a temporal kernel above 1 take a ``norm``.
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel: int | tuple[int, int, int]):
         super().__init__(in_channels, out_channels, kernel)
 
-    def forward(self, x: torch.Tensor, cache: Cache | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: Cache | None = None, norm: RMSNorm | None = None) -> torch.Tensor:
+        from wanscope.kernels.causal_norm_silu import causal_norm_silu
+
         kt, kh, kw = self.kernel_size
-        front = kt - 1
-        if front:
-            before = cache.get(self)
-            if before is not None:
-                x = torch.cat([before, x], dim=2)
-                front -= before.shape[2]
-            cache[self] = x[:, :, -(kt - 1) :].clone()
-        pad = (kw // 2, kw // 2, kh // 2, kh // 2, front, 0)
-        return super().forward(F.pad(x, pad) if any(pad) else x)
+        if kt == 1:
+            return super().forward(x)
+        x = causal_norm_silu(x, cache.get(self), None if norm is None else norm.gamma, kt - 1)
+        cache[self] = x[:, :, 1 - kt :].clone()
+        return F.conv3d(x, self.weight, self.bias, padding=(0, kh // 2, kw // 2))
 
 
 class RMSNorm(nn.Module):
@@ -95,8 +98,8 @@ class ResidualBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: Cache) -> torch.Tensor:
         skip = x if self.conv_shortcut is None else self.conv_shortcut(x)
-        x = self.conv1(F.silu(self.norm1(x)), cache)
-        return self.conv2(F.silu(self.norm2(x)), cache) + skip
+        x = self.conv1(x, cache, self.norm1)
+        return self.conv2(x, cache, self.norm2) + skip
 
 
 class Attention(nn.Module):
@@ -215,7 +218,7 @@ class Decoder3d(nn.Module):
         frame's working tensors, not four. Else the frames go on together (faster, more memory).
         """
         if level == len(self.up_blocks):
-            return self.conv_out(F.silu(self.norm_out(x)), cache)
+            return self.conv_out(x, cache, self.norm_out)
         x = self.up_blocks[level](x, cache)
         if not per_frame:
             return self.up(x, cache, per_frame, level + 1)

@@ -33,10 +33,14 @@ import triton.language as tl
 
 from wanscope.kernels._dispatch import define_op, use_triton
 
+BLOCK_C = 128  # channels per load: the decoder's widths (96, 192, 384) in one to three chunks
 
-# the sizes only index rows (divisions, a mask): one compiled kernel for every frame size and
-# frame count, not one per Triton specialization of each (==1, divisible by 16)
-@triton.jit(do_not_specialize=["rows", "T", "H", "W"])
+
+# The sizes only index rows and chunks (divisions, masks, the loop's bound): one compiled kernel
+# per dtype for every width, frame size and frame count, not one per Triton specialization of
+# each (==1, divisible by 16) or per power-of-two block of the width; a cold cache compiles it
+# once per decode's dtype.
+@triton.jit(do_not_specialize=["rows", "C", "T", "H", "W"])
 def _norm_silu_kernel(
     x_ptr,
     g_ptr,
@@ -66,18 +70,24 @@ def _norm_silu_kernel(
     h = (r // W) % H
     t = (r // (W * H)) % T
     b = r // (W * H * T)
+    x_row = (b * sxb + t * sxt + h * sxh + w * sxw)[:, None]
+    out_row = (b * sob + t * sot + h * soh + w * sow)[:, None]
+    acc = tl.float64 if F64 else tl.float32
     cols = tl.arange(0, BLOCK_C)
-    cmask = cols < C
-    mask = rmask[:, None] & cmask[None, :]
-    x_at = (b * sxb + t * sxt + h * sxh + w * sxw)[:, None] + cols[None, :]
-    x = tl.load(x_ptr + x_at, mask=mask, other=0.0)
-    x = x.to(tl.float64 if F64 else tl.float32)
-    inv = scale / tl.maximum(tl.sqrt(tl.sum(x * x, axis=1)), eps)
-    g = tl.load(g_ptr + cols, mask=cmask, other=0.0).to(x.dtype)
-    y = x * inv[:, None] * g[None, :]
-    y = y / (1.0 + tl.exp(-y))  # SiLU
-    out_at = (b * sob + t * sot + h * soh + w * sow)[:, None] + cols[None, :]
-    tl.store(out_ptr + out_at, y.to(out_ptr.dtype.element_ty), mask=mask)
+    squares = tl.zeros([BLOCK_R], dtype=acc)
+    for c0 in range(0, C, BLOCK_C):  # the sum of squares over the width, chunk by chunk
+        mask = rmask[:, None] & (c0 + cols < C)[None, :]
+        x = tl.load(x_ptr + x_row + (c0 + cols)[None, :], mask=mask, other=0.0).to(acc)
+        squares += tl.sum(x * x, axis=1)
+    inv = (scale / tl.maximum(tl.sqrt(squares), eps))[:, None]
+    for c0 in range(0, C, BLOCK_C):  # then each chunk normalized (read again: from the cache)
+        cmask = c0 + cols < C
+        mask = rmask[:, None] & cmask[None, :]
+        x = tl.load(x_ptr + x_row + (c0 + cols)[None, :], mask=mask, other=0.0).to(acc)
+        g = tl.load(g_ptr + c0 + cols, mask=cmask, other=0.0).to(acc)
+        y = x * inv * g[None, :]
+        y = y / (1.0 + tl.exp(-y))  # SiLU
+        tl.store(out_ptr + out_row + (c0 + cols)[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def _norm_silu_into(x: torch.Tensor, gamma: torch.Tensor, eps: float, out: torch.Tensor) -> None:
@@ -86,8 +96,7 @@ def _norm_silu_into(x: torch.Tensor, gamma: torch.Tensor, eps: float, out: torch
     rows = b * t * h * w
     if not rows:
         return
-    block_c = triton.next_power_of_2(c)
-    block_r = max(1, 4096 // block_c)
+    block_r = 32
     _norm_silu_kernel[(triton.cdiv(rows, block_r),)](
         x,
         gamma.reshape(-1),
@@ -109,7 +118,7 @@ def _norm_silu_into(x: torch.Tensor, gamma: torch.Tensor, eps: float, out: torch
         eps,
         F64=x.dtype == torch.float64,
         BLOCK_R=block_r,
-        BLOCK_C=block_c,
+        BLOCK_C=BLOCK_C,
         num_warps=4,
     )
 

@@ -361,10 +361,17 @@ _THREADS_SQL = """
 SELECT rank, pid, tid, lo, coalesce(lead(lo) OVER (ORDER BY lo), $n) AS hi
 FROM (SELECT rank, pid, tid, min(id) AS lo FROM cpu_ops WHERE parent_id IS NULL GROUP BY ALL)
 """
+# each API call with its thread's block of ranges (-1 for none) and a number for its thread: the
+# few distinct threads numbered and matched first, then joined to every call (numbering every
+# call's thread with a window function sorted them all)
 _API_SQL = """
-SELECT a.rowid, a.rank, a.start_ns, a.end_ns, coalesce(t.lo, -1) AS lo, coalesce(t.hi, -1) AS hi,
-       dense_rank() OVER (ORDER BY a.rank, a.pid, a.tid) AS thread
-FROM api_calls a LEFT JOIN _host_threads t
+WITH t AS (
+  SELECT a.rank, a.pid, a.tid, coalesce(h.lo, -1) AS lo, coalesce(h.hi, -1) AS hi, row_number() OVER () AS thread
+  FROM (SELECT DISTINCT rank, pid, tid FROM api_calls) a LEFT JOIN _host_threads h
+    ON a.rank = h.rank AND a.pid IS NOT DISTINCT FROM h.pid AND a.tid IS NOT DISTINCT FROM h.tid
+)
+SELECT a.rowid, a.rank, a.start_ns, a.end_ns, t.lo, t.hi, t.thread
+FROM api_calls a JOIN t
   ON a.rank = t.rank AND a.pid IS NOT DISTINCT FROM t.pid AND a.tid IS NOT DISTINCT FROM t.tid
 """
 
@@ -438,7 +445,7 @@ def host_ranges(con, scope: Scope, steps: bool = True) -> HostRanges:
     span: dict[int, list[int]] = {}  # rank -> [first start, last end] of its host ranges
     for r, lo, hi in blocks:  # each thread's ranges start in order
         _widen(span, r, int(s[lo]), int(e[lo:hi].max()))
-    for r in np.unique(api["rank"]).tolist():
+    for r in _values(api["rank"]):
         mine = api["rank"] == r
         _widen(span, r, int(api["start_ns"][mine].min()), int(api["end_ns"][mine].max()))
 
@@ -454,7 +461,7 @@ def host_ranges(con, scope: Scope, steps: bool = True) -> HostRanges:
 
     def api_rank(lo, hi):
         part = a_rank[lo:hi]
-        for r in np.unique(part):
+        for r in _values(part):
             yield int(r), lo + np.flatnonzero(part == r)
 
     a_total, a_cut, a_counted = _clip(windows, api_rank, api["start_ns"], api["end_ns"], a_cut)
@@ -487,6 +494,15 @@ def host_ranges(con, scope: Scope, steps: bool = True) -> HostRanges:
         kind,
         {r: hi - lo for r, (lo, hi) in span.items()},
     )
+
+
+def _values(a: np.ndarray) -> list[int]:
+    """The distinct values of ``a``, ascending: without a sort where all are one (a trace of one
+    rank)."""
+    if not len(a):
+        return []
+    lo, hi = int(a.min()), int(a.max())
+    return [lo] if lo == hi else np.unique(a).tolist()
 
 
 def _widen(span: dict, key, lo: int, hi: int) -> None:

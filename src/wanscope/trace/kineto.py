@@ -169,6 +169,21 @@ _WARNINGS = (
 # it raises; the inserts into the canonical tables then only filter on ``dest``.
 # A GPU record's device is args.device, else pid; its stream args.stream, else tid; NULL
 # where neither is an integer that fits the column. Appended to the table _stage.
+#
+# _stage holds up to ~300,000 rows uncompressed, so the columns one destination alone needs
+# share a column with another's (150 bytes a row against 300 with a column each):
+#   kind      flow: its end ('s', 'f'); memop: memcpy or memset; api: driver or runtime;
+#             host: op, python or annotation
+#   name      the record's name; a flow's id; a sync's args.name, else its name; an other
+#             accelerator's category (for its warning)
+#   device    GPU records and syncs: as above; memory: c10's device index (-1 the CPU)
+#   arg1-3    host: Input Dims, Input type, Concrete Inputs (JSON text);
+#             kernel: grid, block (JSON text)
+#   n1-n3     kernel: registers per thread, shared memory; memop: bytes;
+#             memory: Total Allocated, Total Reserved, Addr
+#   warnings  bit i set when the record raises _WARNINGS[i]
+_DEST = "ENUM('kernel', 'memop', 'api', 'host', 'memory', 'sync', 'flow')"
+_KIND = "ENUM('s', 'f', 'memcpy', 'memset', 'driver', 'runtime', 'op', 'python', 'annotation')"
 _STAGE_SELECT = f"""
 WITH raw AS (
   SELECT ph, CASE WHEN cat IN ({_LOWER}) THEN cat ELSE lower(cat) END AS cat, name, pid, tid, id,
@@ -178,6 +193,7 @@ WITH raw AS (
   SELECT *,
          cat IN ({_KNOWN}) AS known,
          cat IN {_GPU} AS gpu,
+         cat IN ('cpu_op', 'operator') AS op,
          CASE WHEN cat IN {_GPU} OR cat = 'cuda_sync'
               THEN coalesce(try_cast(args.device AS INTEGER), try_cast(pid AS INTEGER)) END AS device,
          CASE WHEN cat IN {_GPU} OR cat = 'cuda_sync'
@@ -199,51 +215,63 @@ WITH raw AS (
                     OR (s IS NOT NULL AND (s > {_BIG} OR d > {_BIG} OR s + d > {_BIG}))) AS overflow,
          coalesce({UNDECODABLE_KEY} AND contains(name, '\ufffd'), false) AS undecodable_name
   FROM typed
+), warned AS (
+  -- warnings (per record, counted; the record excluded, except undecodable bytes outside its
+  -- name and a GPU record of zero duration, which is kept as it is)
+  SELECT *,
+         ph = 'X' AND known AND (s IS NULL OR s <= 0 OR d IS NULL) AS no_timing,
+         gpu AND valid AND d = 0 AND device IS NOT NULL AND stream IS NOT NULL AND NOT overflow
+             AND NOT undecodable_name AS zero_duration,
+         ph = 'X' AND known AND s > 0 AND d < 0 AS end_before_start,
+         ph IS NULL OR (ph = 'X' AND known AND name IS NULL) OR (mem_event AND NOT mem)
+            OR (ph = 'X' AND gpu AND name IS NOT NULL AND s > 0 AND d >= 0 AND s + d <= {_BIG}
+                AND (device IS NULL OR stream IS NULL)) AS malformed_event,
+         ph = 'X' AND cat IS NOT NULL AND NOT known AND cat NOT IN ({_IGNORED}) AND cat NOT IN ({_OTHER})
+            AS unknown_category,
+         ph = 'X' AND cat IN ({_OTHER}) AS other_accelerator,
+         overflow AS integer_overflow
+  FROM flagged
 )
 SELECT
-  CASE WHEN cat = 'ac2g' AND ph IN ('s', 'f') THEN 'flow'
-       WHEN mem THEN 'memory'
-       WHEN NOT valid OR overflow OR undecodable_name THEN NULL
-       WHEN gpu THEN CASE WHEN d >= 0 AND device IS NOT NULL AND stream IS NOT NULL
-                          THEN CASE WHEN cat = 'kernel' THEN 'kernel' ELSE 'memop' END END
-       WHEN d < 0 THEN NULL
-       WHEN cat IN {_API} THEN 'api'
-       WHEN cat IN {_HOST} THEN 'host'
-       WHEN cat = 'cuda_sync' THEN 'sync' END AS dest,
-  ph, cat, name, id,
+  (CASE WHEN cat = 'ac2g' AND ph IN ('s', 'f') THEN 'flow'
+        WHEN mem THEN 'memory'
+        WHEN NOT valid OR overflow OR undecodable_name THEN NULL
+        WHEN gpu THEN CASE WHEN d >= 0 AND device IS NOT NULL AND stream IS NOT NULL
+                           THEN CASE WHEN cat = 'kernel' THEN 'kernel' ELSE 'memop' END END
+        WHEN d < 0 THEN NULL
+        WHEN cat IN {_API} THEN 'api'
+        WHEN cat IN {_HOST} THEN 'host'
+        WHEN cat = 'cuda_sync' THEN 'sync' END)::{_DEST} AS dest,
+  (CASE WHEN cat = 'ac2g' AND ph IN ('s', 'f') THEN ph
+        WHEN cat IN ('gpu_memcpy', 'memcpy') THEN 'memcpy'
+        WHEN cat IN ('gpu_memset', 'memset') THEN 'memset'
+        WHEN cat IN ('cuda_driver', 'driver') THEN 'driver'
+        WHEN cat IN ('cuda_runtime', 'runtime') THEN 'runtime'
+        WHEN op THEN 'op'
+        WHEN cat = 'python_function' THEN 'python'
+        WHEN cat = 'user_annotation' THEN 'annotation' END)::{_KIND} AS kind,
+  CASE WHEN cat = 'ac2g' THEN id
+       WHEN cat = 'cuda_sync' THEN coalesce(args.name, name)
+       WHEN other_accelerator THEN cat ELSE name END AS name,
   CASE WHEN valid OR mem THEN s::BIGINT END AS start_ns, CASE WHEN valid THEN d::BIGINT END AS dur_ns,
   CASE WHEN NOT gpu THEN try_cast(pid AS BIGINT) END AS pid,
   CASE WHEN NOT gpu THEN try_cast(tid AS BIGINT) END AS tid,
-  device, stream, corr, ext,
-  CASE WHEN cat = 'kernel' THEN try_cast(args.grid AS INTEGER[]) END AS grid,
-  CASE WHEN cat = 'kernel' THEN try_cast(args.block AS INTEGER[]) END AS block,
-  CASE WHEN cat = 'kernel' THEN try_cast(args."registers per thread" AS INTEGER) END AS regs,
-  CASE WHEN cat = 'kernel' THEN try_cast(args."shared memory" AS BIGINT) END AS smem,
-  CASE WHEN cat IN {_GPU} AND cat <> 'kernel' THEN try_cast(args.bytes AS BIGINT) END AS bytes,
-  CASE WHEN cat IN ('cpu_op', 'operator') THEN args."Input Dims"::VARCHAR END AS input_dims,
-  CASE WHEN cat IN ('cpu_op', 'operator') THEN args."Input type"::VARCHAR END AS input_types,
-  CASE WHEN cat IN ('cpu_op', 'operator') THEN args."Concrete Inputs"::VARCHAR END AS concrete_inputs,
-  args.name AS arg_name,
-  CASE WHEN mem THEN try_cast(args."Total Allocated" AS BIGINT) END AS mem_allocated,
-  CASE WHEN mem THEN try_cast(args."Total Reserved" AS BIGINT) END AS mem_reserved,
-  CASE WHEN mem THEN try_cast(args."Addr" AS BIGINT) END AS mem_addr,
   -- c10's DeviceType: 0 is the CPU (its Device Id is -1)
   CASE WHEN mem THEN CASE WHEN try_cast(args."Device Type" AS INTEGER) = 0 THEN -1
-                          ELSE try_cast(args."Device Id" AS INTEGER) END END AS mem_device,
-  -- warnings (per record, counted; the record excluded, except undecodable bytes outside its
-  -- name and a GPU record of zero duration, which is kept as it is)
-  ph = 'X' AND known AND (s IS NULL OR s <= 0 OR d IS NULL) AS no_timing,
-  gpu AND valid AND d = 0 AND device IS NOT NULL AND stream IS NOT NULL AND NOT overflow
-      AND NOT undecodable_name AS zero_duration,
-  ph = 'X' AND known AND s > 0 AND d < 0 AS end_before_start,
-  ph IS NULL OR (ph = 'X' AND known AND name IS NULL) OR (mem_event AND NOT mem)
-     OR (ph = 'X' AND gpu AND name IS NOT NULL AND s > 0 AND d >= 0 AND s + d <= {_BIG}
-         AND (device IS NULL OR stream IS NULL)) AS malformed_event,
-  ph = 'X' AND cat IS NOT NULL AND NOT known AND cat NOT IN ({_IGNORED}) AND cat NOT IN ({_OTHER})
-     AS unknown_category,
-  ph = 'X' AND cat IN ({_OTHER}) AS other_accelerator,
-  overflow AS integer_overflow
-FROM flagged
+                          ELSE try_cast(args."Device Id" AS INTEGER) END
+       ELSE device END AS device,
+  stream, corr, ext,
+  CASE WHEN op THEN args."Input Dims" WHEN cat = 'kernel' THEN args.grid END AS arg1,
+  CASE WHEN op THEN args."Input type" WHEN cat = 'kernel' THEN args.block END AS arg2,
+  CASE WHEN op THEN args."Concrete Inputs" END AS arg3,
+  CASE WHEN mem THEN try_cast(args."Total Allocated" AS BIGINT)
+       WHEN cat = 'kernel' THEN try_cast(args."registers per thread" AS INTEGER)
+       WHEN gpu THEN try_cast(args.bytes AS BIGINT) END AS n1,
+  CASE WHEN mem THEN try_cast(args."Total Reserved" AS BIGINT)
+       WHEN cat = 'kernel' THEN try_cast(args."shared memory" AS BIGINT) END AS n2,
+  CASE WHEN mem THEN try_cast(args."Addr" AS BIGINT) END AS n3,
+  ({" | ".join(f"(coalesce({w}, false)::UTINYINT << {i})" for i, w in enumerate(_WARNINGS))})::UTINYINT AS warnings
+FROM warned
 """
 
 
@@ -949,52 +977,52 @@ def _insert_stage(con, rank: int, warn: dict[str, int], other: dict[str, int]) -
     straight from the parsed rows (no second uncompressed copy); count their warnings (and
     into ``other`` the other accelerators' events by category); drop ``_stage``; compress
     what was moved (a checkpoint)."""
+    bits = {w: 1 << i for i, w in enumerate(_WARNINGS)}
     counts = con.execute(
-        "SELECT " + ", ".join(f"count(*) FILTER ({w})" for w in _WARNINGS) + " FROM _stage"
+        "SELECT " + ", ".join(f"count(*) FILTER (warnings & {b} <> 0)" for b in bits.values()) + " FROM _stage"
     ).fetchall()[0]
     for kind, n in zip(_WARNINGS, counts):
         if n:
             warn[kind] = warn.get(kind, 0) + n
     if warn.get("other_accelerator"):
-        for cat, n in con.execute("SELECT cat, count(*) FROM _stage WHERE other_accelerator GROUP BY cat").fetchall():
+        other_bit = bits["other_accelerator"]
+        for cat, n in con.execute(
+            f"SELECT name, count(*) FROM _stage WHERE warnings & {other_bit} <> 0 GROUP BY name"
+        ).fetchall():
             other[cat] = other.get(cat, 0) + n
-    con.execute("INSERT INTO _kineto_flows SELECT id, ph FROM _stage WHERE dest = 'flow'")
+    con.execute("INSERT INTO _kineto_flows SELECT name, kind FROM _stage WHERE dest = 'flow'")
     con.execute(f"""
         INSERT INTO kernels
         SELECT {rank}, device, stream, start_ns, start_ns + dur_ns, dur_ns, name, corr, NULL,
-               grid, block, regs, smem, NULL
+               try_cast(arg1 AS INTEGER[]), try_cast(arg2 AS INTEGER[]), n1, n2, NULL
         FROM _stage WHERE dest = 'kernel'
     """)
     con.execute(f"""
         INSERT INTO memops
-        SELECT CASE WHEN cat LIKE '%memcpy' THEN 'memcpy' ELSE 'memset' END,
-               CASE WHEN cat LIKE '%memcpy' THEN coalesce(regexp_extract(name, 'Memcpy (\\w+)', 1), 'unknown') END,
-               bytes, name, {rank}, device, stream, start_ns, start_ns + dur_ns, dur_ns, corr, NULL
+        SELECT kind, CASE WHEN kind = 'memcpy' THEN coalesce(regexp_extract(name, 'Memcpy (\\w+)', 1), 'unknown') END,
+               n1, name, {rank}, device, stream, start_ns, start_ns + dur_ns, dur_ns, corr, NULL
         FROM _stage WHERE dest = 'memop'
     """)
     con.execute(f"""
         INSERT INTO api_calls
-        SELECT CASE WHEN cat IN ('cuda_driver', 'driver') THEN 'driver' ELSE 'runtime' END,
-               regexp_replace(name, '_v\\d{{4,}}$', ''), name, {rank}, pid, tid,
+        SELECT kind, regexp_replace(name, '_v\\d{{4,}}$', ''), name, {rank}, pid, tid,
                start_ns, start_ns + dur_ns, dur_ns, corr
         FROM _stage WHERE dest = 'api'
     """)
     con.execute(f"""
         INSERT INTO cpu_ops
-        SELECT NULL, NULL, NULL,
-               CASE WHEN cat IN ('cpu_op', 'operator') THEN 'op'
-                    WHEN cat = 'python_function' THEN 'python' ELSE 'annotation' END,
-               name, {rank}, pid, tid, start_ns, start_ns + dur_ns, dur_ns, ext, input_dims, input_types, concrete_inputs
+        SELECT NULL, NULL, NULL, kind, name, {rank}, pid, tid, start_ns, start_ns + dur_ns, dur_ns, ext,
+               arg1, arg2, arg3
         FROM _stage WHERE dest = 'host'
     """)
     con.execute(f"""
         INSERT INTO memory_events
-        SELECT {rank}, mem_device, pid, tid, start_ns, mem_allocated, mem_reserved, mem_addr
+        SELECT {rank}, device, pid, tid, start_ns, n1, n2, n3
         FROM _stage WHERE dest = 'memory'
     """)
     con.execute(f"""
         INSERT INTO cuda_syncs
-        SELECT coalesce(arg_name, name), {rank}, device, stream, start_ns, start_ns + dur_ns, corr, NULL
+        SELECT name, {rank}, device, stream, start_ns, start_ns + dur_ns, corr, NULL
         FROM _stage WHERE dest = 'sync'
     """)
     con.execute("DROP TABLE _stage")

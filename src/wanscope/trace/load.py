@@ -26,7 +26,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # DuckDB's buffer limits: past them, table data and intermediates spill to a temporary
 # directory, so peak memory stays bounded for traces of any size (measured:
 # benchmarks/RESULTS.md, "analyze"). While traces are parsed: two threads' JSON buffers and
-# one staging statement's rows (trace/kineto.py, ~75 MB) fit under it beside the compressed
+# one staging statement's rows (trace/kineto.py, _stage) fit under it beside the compressed
 # tables, so the buffer pool seldom evicts. An eviction also purges the allocator's caches
 # (DuckDB's Allocator::FlushAll), after which every buffer is faulted in afresh: at 136 MB the
 # 522 MB benchmark trace paid for thousands of purges in system time (benchmarks/RESULTS.md,

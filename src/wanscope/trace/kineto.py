@@ -39,7 +39,10 @@ import orjson
 from wanscope.errors import InputError
 from wanscope.trace.link import PARTIAL_OVERLAPS_KEY, clip_overruns
 
-CHUNK_BYTES = 12 << 20  # bytes of events per file DuckDB parses
+# bytes of events per file DuckDB parses; with STAGE_FILES and STAGED_EVENTS, what one staging
+# statement holds at once, the peak of ingest's memory (benchmarks/RESULTS.md, "2026-12-04:
+# analyze against issue 23's parent, narrow staging and compressed cpu_ops")
+CHUNK_BYTES = 10 << 20
 # Key added to an event whose bytes were not valid UTF-8 (replaced by U+FFFD before DuckDB
 # parses it), so that one with such bytes in its name is excluded (issue 2: counted by kind,
 # excluded from window and busy).
@@ -1034,9 +1037,10 @@ def _insert_stage(con, rank: int, warn: dict[str, int], other: dict[str, int]) -
 
 # Parsed events wait in _stage and move to the (compressed) canonical tables in runs of at
 # least this many: each INSERT into a compressed table re-compresses its last partial row
-# group: moving ~140,000 events at a time cost ~2x the CPU of runs of this size (one per
-# staging statement of 8 files of 12 MB, ~280,000 events).
-STAGED_EVENTS = 250_000
+# group: moving ~140,000 events at a time cost ~2x the CPU of runs of ~280,000. One staging
+# statement (STAGE_FILES of CHUNK_BYTES) holds ~230,000 events of the benchmark traces, so that
+# each statement's rows move on at once.
+STAGED_EVENTS = 200_000
 
 
 def _create_flows(con) -> None:

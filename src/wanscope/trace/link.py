@@ -233,7 +233,8 @@ def memory_limit(con: duckdb.DuckDBPyConnection, limit: str):
 
 
 def finish(con: duckdb.DuckDBPyConnection, nest_memory_limit: str) -> None:
-    """Compute nesting, launch links and steps once every source is in ``con``.
+    """Compute nesting, launch links and steps once every source is in ``con``, then compress
+    what they rewrote (a checkpoint).
 
     ``nest_memory_limit``: DuckDB's memory limit while the nesting's numpy arrays are alive,
     restored after (``memory_limit``)."""
@@ -242,6 +243,11 @@ def finish(con: duckdb.DuckDBPyConnection, nest_memory_limit: str) -> None:
     con.execute(_LINK_PID_SQL)
     con.execute(_STEPS_SQL)
     fill_name_norm(con)
+    # The rewritten cpu_ops and the updated kernels stay uncompressed until a checkpoint, and
+    # spill under DuckDB's limit; the host analyses then read cpu_ops back several times.
+    # Compressing them once costs less than those reads (benchmarks/RESULTS.md, "2026-12-04:
+    # analyze against issue 23's parent, narrow staging and compressed cpu_ops").
+    con.execute("CHECKPOINT")
 
 
 # meta key of a source: how many of its GPU records overlap the next one's start on their stream.

@@ -33,8 +33,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # "2026-11-30: `analyze` vs HTA, compressed ingest").
 INGEST_MEMORY_LIMIT = "200MB"
 # ... once the traces are in (nesting, analyses, queries). cpu_ops comes out of the nesting's
-# rewrite uncompressed (123 MB for the 522 MB benchmark trace) and partly spills: compressing it
-# with a checkpoint cost more than the spill (benchmarks/RESULTS.md, same section).
+# rewrite uncompressed and is compressed by a checkpoint at the end of ``link.finish``.
 DUCKDB_MEMORY_LIMIT = "100MB"
 # ... and while the nesting of host ranges holds its numpy arrays (trace/link.py).
 NEST_MEMORY_LIMIT = "48MB"

@@ -166,6 +166,7 @@ _WARNINGS = (
     "other_accelerator",
     "integer_overflow",
 )
+assert len(_WARNINGS) <= 8, "_stage.warnings is a UTINYINT bitmask: one bit per warning"
 
 # One pass over the parsed events computes, per record, where it goes (``dest``: kernel,
 # memop, api, host, sync, flow, or NULL when excluded), its typed columns and the warnings

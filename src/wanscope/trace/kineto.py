@@ -169,19 +169,20 @@ _WARNINGS = (
 assert len(_WARNINGS) <= 8, "_stage.warnings is a UTINYINT bitmask: one bit per warning"
 
 # One pass over the parsed events computes, per record, where it goes (``dest``: kernel,
-# memop, api, host, sync, flow, or NULL when excluded), its typed columns and the warnings
+# memop, api, host, memory, sync, flow, or NULL when excluded), its typed columns and the warnings
 # it raises; the inserts into the canonical tables then only filter on ``dest``.
 # A GPU record's device is args.device, else pid; its stream args.stream, else tid; NULL
 # where neither is an integer that fits the column. Appended to the table _stage.
 #
-# _stage holds up to ~300,000 rows uncompressed, so the columns one destination alone needs
-# share a column with another's (150 bytes a row against 300 with a column each):
+# _stage holds STAGED_EVENTS rows and one statement's more, uncompressed, so the columns one
+# destination alone needs share a column with another's (~200 bytes a row against ~300 with a
+# column each):
 #   kind      flow: its end ('s', 'f'); memop: memcpy or memset; api: driver or runtime;
 #             host: op, python or annotation
 #   name      the record's name; a flow's id; a sync's args.name, else its name; an other
 #             accelerator's category (for its warning)
 #   device    GPU records and syncs: as above; memory: c10's device index (-1 the CPU)
-#   arg1-3    host: Input Dims, Input type, Concrete Inputs (JSON text);
+#   arg1-3    host ops (cpu_op, operator): Input Dims, Input type, Concrete Inputs (JSON text);
 #             kernel: grid, block (JSON text)
 #   n1-n3     kernel: registers per thread, shared memory; memop: bytes;
 #             memory: Total Allocated, Total Reserved, Addr
@@ -274,7 +275,7 @@ SELECT
   CASE WHEN mem THEN try_cast(args."Total Reserved" AS BIGINT)
        WHEN cat = 'kernel' THEN try_cast(args."shared memory" AS BIGINT) END AS n2,
   CASE WHEN mem THEN try_cast(args."Addr" AS BIGINT) END AS n3,
-  ({" | ".join(f"(coalesce({w}, false)::UTINYINT << {i})" for i, w in enumerate(_WARNINGS))})::UTINYINT AS warnings
+  ({" | ".join(f"(coalesce({w}, false)::UTINYINT << {i})" for i, w in enumerate(_WARNINGS))}) AS warnings
 FROM warned
 """
 

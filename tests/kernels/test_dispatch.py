@@ -4,6 +4,7 @@ of leaving gradients unset."""
 
 import importlib
 import inspect
+import os
 
 import pytest
 
@@ -38,3 +39,39 @@ def test_backward_raises():
     out = gated_add(x, y, torch.ones(1, 8))
     with pytest.raises(RuntimeError, match="wanscope::gated_add has no backward formula"):
         out.sum().backward()
+
+
+# The CPU wheel of torch brings no Triton: the VAE decoder's convolution input, and the kernels
+# package that holds it, must then run their torch reference (`wanscope profile` on a CPU
+# machine decodes through it). Triton is blocked in a fresh interpreter (this one has it).
+_NO_TRITON = """
+import sys
+sys.modules["triton"] = None  # import triton raises ImportError
+import torch
+import torch.nn.functional as F
+import wanscope.kernels
+from wanscope.wan.vae_decoder import CausalConv3d, RMSNorm
+torch.manual_seed(0)
+conv, norm = CausalConv3d(6, 5, 3), RMSNorm(6)
+with torch.no_grad():
+    norm.gamma.uniform_(0.5, 1.5)
+    x = torch.randn(1, 6, 4, 5, 7)
+    out = conv(x, {}, norm)
+    y = F.silu(F.normalize(x, dim=1) * 6**0.5 * norm.gamma)
+    expected = F.conv3d(F.pad(y, (0, 0, 0, 0, 2, 0)), conv.weight, conv.bias, padding=(0, 1, 1))
+print(tuple(out.shape), float((out - expected).abs().max()), "triton" in sys.modules and sys.modules["triton"] is not None)
+"""
+
+
+def test_the_vae_convolution_input_runs_without_triton():
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", _NO_TRITON], capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"}
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    shape, err, imported = run.stdout.split(") ")[0] + ")", *run.stdout.split(") ")[1].split()
+    assert shape == "(1, 5, 4, 5, 7)"
+    assert float(err) < 1e-5
+    assert imported == "False"

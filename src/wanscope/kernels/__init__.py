@@ -10,7 +10,8 @@ eager code and ``torch.compile`` call them alike.
 Where each op runs: CUDA tensors always run the Triton kernel. CPU tensors run it under
 Triton's interpreter when ``TRITON_INTERPRET=1`` was set before this package was imported
 (the CPU tests do that), and otherwise run the op's pure-torch ``reference`` (same math, fp32),
-so a model switched to kernels still runs anywhere.
+so a model switched to kernels still runs anywhere Triton is installed; ``causal_norm_silu``
+runs its reference without Triton too (the VAE decoder always calls it).
 
 Numerics (the same in kernel and reference): inputs are upcast to fp32 once, all statistics and
 arithmetic are fp32, and each output is rounded once to its storage dtype. The one place this

@@ -45,6 +45,7 @@ def test_backward_raises():
 # package that holds it, must then run their torch reference (`wanscope profile` on a CPU
 # machine decodes through it). Triton is blocked in a fresh interpreter (this one has it).
 _NO_TRITON = """
+import json
 import sys
 sys.modules["triton"] = None  # import triton raises ImportError
 import torch
@@ -59,11 +60,12 @@ with torch.no_grad():
     out = conv(x, {}, norm)
     y = F.silu(F.normalize(x, dim=1) * 6**0.5 * norm.gamma)
     expected = F.conv3d(F.pad(y, (0, 0, 0, 0, 2, 0)), conv.weight, conv.bias, padding=(0, 1, 1))
-print(tuple(out.shape), float((out - expected).abs().max()), "triton" in sys.modules and sys.modules["triton"] is not None)
+print(json.dumps({"shape": list(out.shape), "err": float((out - expected).abs().max())}))
 """
 
 
 def test_the_vae_convolution_input_runs_without_triton():
+    import json
     import subprocess
     import sys
 
@@ -71,7 +73,6 @@ def test_the_vae_convolution_input_runs_without_triton():
         [sys.executable, "-c", _NO_TRITON], capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"}
     )
     assert run.returncode == 0, run.stderr[-2000:]
-    shape, err, imported = run.stdout.split(") ")[0] + ")", *run.stdout.split(") ")[1].split()
-    assert shape == "(1, 5, 4, 5, 7)"
-    assert float(err) < 1e-5
-    assert imported == "False"
+    got = json.loads(run.stdout)
+    assert got["shape"] == [1, 5, 4, 5, 7]
+    assert got["err"] < 1e-5

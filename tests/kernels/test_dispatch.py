@@ -4,7 +4,10 @@ of leaving gradients unset."""
 
 import importlib
 import inspect
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -65,10 +68,6 @@ print(json.dumps({"shape": list(out.shape), "err": float((out - expected).abs().
 
 
 def test_the_vae_convolution_input_runs_without_triton():
-    import json
-    import subprocess
-    import sys
-
     run = subprocess.run(
         [sys.executable, "-c", _NO_TRITON], capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"}
     )

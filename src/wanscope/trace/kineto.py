@@ -167,6 +167,7 @@ _WARNINGS = (
     "integer_overflow",
 )
 assert len(_WARNINGS) <= 8, "_stage.warnings is a UTINYINT bitmask: one bit per warning"
+_WARNING_BIT = {w: 1 << i for i, w in enumerate(_WARNINGS)}  # the warning's bit in _stage.warnings
 
 # One pass over the parsed events computes, per record, where it goes (``dest``: kernel,
 # memop, api, host, memory, sync, flow, or NULL when excluded), its typed columns and the warnings
@@ -275,7 +276,7 @@ SELECT
   CASE WHEN mem THEN try_cast(args."Total Reserved" AS BIGINT)
        WHEN cat = 'kernel' THEN try_cast(args."shared memory" AS BIGINT) END AS n2,
   CASE WHEN mem THEN try_cast(args."Addr" AS BIGINT) END AS n3,
-  ({" | ".join(f"(coalesce({w}, false)::UTINYINT << {i})" for i, w in enumerate(_WARNINGS))}) AS warnings
+  ({" | ".join(f"(coalesce({w}, false)::UTINYINT * {b})" for w, b in _WARNING_BIT.items())}) AS warnings
 FROM warned
 """
 
@@ -982,17 +983,15 @@ def _insert_stage(con, rank: int, warn: dict[str, int], other: dict[str, int]) -
     straight from the parsed rows (no second uncompressed copy); count their warnings (and
     into ``other`` the other accelerators' events by category); drop ``_stage``; compress
     what was moved (a checkpoint)."""
-    bits = {w: 1 << i for i, w in enumerate(_WARNINGS)}
     counts = con.execute(
-        "SELECT " + ", ".join(f"count(*) FILTER (warnings & {b} <> 0)" for b in bits.values()) + " FROM _stage"
+        "SELECT " + ", ".join(f"count(*) FILTER (warnings & {b} <> 0)" for b in _WARNING_BIT.values()) + " FROM _stage"
     ).fetchall()[0]
     for kind, n in zip(_WARNINGS, counts):
         if n:
             warn[kind] = warn.get(kind, 0) + n
     if warn.get("other_accelerator"):
-        other_bit = bits["other_accelerator"]
         for cat, n in con.execute(
-            f"SELECT name, count(*) FROM _stage WHERE warnings & {other_bit} <> 0 GROUP BY name"
+            f"SELECT name, count(*) FROM _stage WHERE warnings & {_WARNING_BIT['other_accelerator']} <> 0 GROUP BY name"
         ).fetchall():
             other[cat] = other.get(cat, 0) + n
     con.execute("INSERT INTO _kineto_flows SELECT name, kind FROM _stage WHERE dest = 'flow'")

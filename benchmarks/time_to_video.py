@@ -49,7 +49,7 @@ DIFFUSERS = "diffusers"  # the anchor's name in --modes
 # Imported once into the bytecode cache before the runs (bytecode_cache)
 PREWARM = (
     "torch triton numpy safetensors.torch tokenizers imageio_ffmpeg PIL.Image wanscope.cli wanscope.wan.pipeline "
-    "wanscope.wan.video wanscope.kernels wanscope.kernels.attention_hopper wanscope.kernels._attention_hopper_gluon"
+    "wanscope.wan.video wanscope.wan.warm_start wanscope.kernels wanscope.kernels.attention_hopper wanscope.kernels._attention_hopper_gluon"
 )
 PREWARM_DIFFUSERS = (  # what the anchor imports (diffusers' pipeline modules load lazily)
     "diffusers diffusers.pipelines.wan.pipeline_wan diffusers.models.autoencoders.autoencoder_kl_wan "

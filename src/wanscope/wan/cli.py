@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from wanscope.clitools import skip_teardown
 from wanscope.errors import InputError, UsageError
 from wanscope.wan import cli_options as opt
 from wanscope.wan.options import RANDOM_NOTE, engine_allocator, require_engine
@@ -99,6 +100,9 @@ def generate(out, save_latents, fast_spec, **engine):
 def _generate(out, save_latents, fast_spec, **engine):
     import torch
 
+    from wanscope.wan import warm_start
+
+    warm_start.begin(engine["device"], engine["parallel"])  # before the engine's other imports
     from wanscope.wan.attention import parse_backend, resolve_backend
     from wanscope.wan.config import dit_tokens
     from wanscope.wan.options import resolve_engine
@@ -112,6 +116,11 @@ def _generate(out, save_latents, fast_spec, **engine):
             "--kernels triton needs a CUDA device (on cpu the fused ops would run as their torch references); "
             "use auto (the default)" + ("" if opts.fast else " or torch")
         )
+    if opts.checkpoint is not None:
+        from wanscope.wan.weights import detect_layout
+
+        layout = detect_layout(opts.checkpoint)
+        warm_start.read_ahead([layout.text_encoder, layout.dit, layout.vae])
     device = torch.device(opts.device)
     ctx = None
     if opts.parallel is not None:
@@ -202,3 +211,4 @@ def _generate(out, save_latents, fast_spec, **engine):
         click.echo(str(p))
     if save_latents is not None:
         click.echo(str(save_latents))
+    skip_teardown()  # every output is written and closed

@@ -6,6 +6,7 @@ commands never import the engine's heavy dependencies (torch).
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
 import select
@@ -150,12 +151,22 @@ def _interrupted(ctrl_c_line: str):
     sys.exit(130)
 
 
+def _exit_without_teardown() -> None:
+    """``clitools.skip_teardown``'s end: the ``atexit`` functions, then exit code 0."""
+    sys.stderr.flush()
+    atexit._run_exitfuncs()  # CPython's own call at interpreter exit
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def main(argv=None) -> None:
     """Entry point: typed errors become one line on stderr and exit code 2, no traceback.
     SIGTERM and SIGHUP end a run like Ctrl-C, with exit code 128 + the signal, except under
     torchrun, whose launcher owns them (it escalates to SIGKILL; ``parallel/watch.py`` ends
     ranks whose peers died)."""
     own_signals = argv is None and "TORCHELASTIC_RUN_ID" not in os.environ
+    finished = False
     if own_signals:
         for signum in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, _terminate)
@@ -165,6 +176,7 @@ def main(argv=None) -> None:
         code = cli.main(args=argv, prog_name="wanscope", standalone_mode=False)
         if isinstance(code, int) and code:
             sys.exit(code)
+        finished = True
     except WanscopeError as e:
         click.echo(f"wanscope: error: {_one_line(str(e))}", err=True)
         sys.exit(e.exit_code)
@@ -215,3 +227,8 @@ def main(argv=None) -> None:
             error = _flush_stdout()  # output still buffered for a full stdout
             if error is not None:
                 _write_failed(error)
+            if finished:
+                from wanscope.clitools import teardown_skipped
+
+                if teardown_skipped():
+                    _exit_without_teardown()

@@ -14,6 +14,24 @@ import sys
 import click
 import orjson
 
+# Set by a command whose outputs are all written and closed when it returns (``skip_teardown``).
+_TEARDOWN = {"skip": False}
+
+
+def skip_teardown() -> None:
+    """End this process, once the command has returned without an error, without the
+    interpreter's teardown: ``cli.main`` flushes the standard streams, runs the ``atexit``
+    functions and calls ``os._exit(0)``. Freeing every module, tensor and library of a process
+    that imported torch one by one takes about half a second (a ``generate`` on an H200 or a
+    CPU: ``benchmarks/RESULTS.md``, "2026-12-06: time to video") and changes nothing outside it.
+    Only for the process's own command line (``cli.main(None)``), never in-process callers."""
+    _TEARDOWN["skip"] = True
+
+
+def teardown_skipped() -> bool:
+    """Whether a command called ``skip_teardown``."""
+    return _TEARDOWN["skip"]
+
 
 def console(stderr: bool = False, **kwargs):
     """A rich Console. Where output is not a terminal (a pipe, a file, a test), rich would

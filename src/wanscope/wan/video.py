@@ -127,7 +127,9 @@ def _write_contact_sheet(
     meta = PngInfo()
     if comment:
         meta.add_text("Comment", comment)
-    Image.fromarray(sheet).save(path, format="PNG", pnginfo=meta)
+    # zlib level 1: a quarter of the default level's time (the sheet is the last output to
+    # finish; benchmarks/RESULTS.md, "2026-12-06: time to video"), still lossless
+    Image.fromarray(sheet).save(path, format="PNG", pnginfo=meta, compress_level=1)
 
 
 def _remove(path: Path) -> None:

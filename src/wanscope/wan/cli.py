@@ -116,11 +116,6 @@ def _generate(out, save_latents, fast_spec, **engine):
             "--kernels triton needs a CUDA device (on cpu the fused ops would run as their torch references); "
             "use auto (the default)" + ("" if opts.fast else " or torch")
         )
-    if opts.checkpoint is not None:
-        from wanscope.wan.weights import detect_layout
-
-        layout = detect_layout(opts.checkpoint)
-        warm_start.read_ahead([layout.text_encoder, layout.dit, layout.vae])
     device = torch.device(opts.device)
     ctx = None
     if opts.parallel is not None:

@@ -36,6 +36,7 @@ from wanscope.wan.precision import FastConfig, apply_fast_mode
 from wanscope.wan.sampler import SOLVERS, FlowSampler, flow_schedule
 from wanscope.wan.streaming import stream_blocks
 from wanscope.wan.timing import StageTimes, StepTimes
+from wanscope.wan.warm_start import hash_triton
 
 # per-step hook: (step index, latents after the step) -> None
 StepCallback = Callable[[int, torch.Tensor], None]
@@ -404,6 +405,8 @@ def generate(
     if parallel is None or parallel.is_main:
         with stage("text_encoder_load"):
             encoder = parts.text_encoder()
+    if device.type == "cuda":  # beside the GPU-bound text encoding and the DiT's copies
+        hash_triton()
     with stage("text_encoding"):
         cond, uncond = encode_prompts(parts, req, parallel, encoder=encoder)
     del encoder

@@ -1,46 +1,53 @@
-"""Start-up work of a ``generate`` process moved off its critical path, on side threads.
+"""Start-up work of a ``generate`` process moved off its critical path, onto daemon threads.
 
-Before its first model loads, the command spends its time importing the engine's modules, which
-is Python work holding the GIL; two pieces of start-up work it would do later, one after the
-other, are waiting on the driver or hashing files, which release the GIL. So ``begin`` starts
-them on a daemon thread right after ``import torch``:
+Before its first model loads, the command spends its time importing the engine's modules, Python
+work that holds the GIL; two pieces of start-up work that it would do later, one after the
+other, wait on the driver or hash files, which release the GIL:
 
-- CUDA's initialization and the device's primary context (``torch.cuda.synchronize`` on it:
-  the driver's ``cuInit`` and context creation, no memory allocated);
-- Triton's key of its own install (``triton.runtime.cache.triton_key``, a hash of Triton's source
-  and libraries that every kernel's cache lookup needs and that is computed once per process, at
-  the first kernel's launch).
+- CUDA's initialization and the device's primary context (``begin``: ``torch.cuda.synchronize``
+  on it, the driver's ``cuInit`` and context creation, no memory allocated), otherwise made at
+  the memory plan's first CUDA call;
+- Triton's key of its own install (``hash_triton``: ``triton.runtime.cache.triton_key``, a hash
+  of Triton's sources and library that every kernel's cache lookup needs, computed once per
+  process), otherwise computed inside the first denoising step.
 
-``read_ahead`` has the kernel read a checkpoint's files ahead of the loads, on another.
-
-The first two would otherwise run on the main thread: the context at the memory plan's first CUDA call,
-the key inside the first denoising step. Their cost and what the overlap saves, on an H200:
-``benchmarks/RESULTS.md``, "2026-12-06: time to video". Results are the same either way: the
-thread only makes process-wide state ready earlier. A main thread that needs CUDA first waits
-for the thread's initialization (torch's lazy initialization holds a lock); one that needs
-Triton's key first computes it itself. A failure on the thread is ignored: the main thread meets
-the same error where it would have anyway.
+Their cost and what the overlap saves: ``benchmarks/RESULTS.md``, "2026-12-06: time to video".
+Results are the same either way: the threads only make process-wide state ready earlier. A main
+thread that needs CUDA first waits for the initialization (torch's lazy initialization holds a
+lock); one that needs Triton's key first computes it itself. A failure on a thread is ignored:
+the main thread meets the same error where it would have anyway.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
-from collections.abc import Iterable
-from pathlib import Path
 
 
-def _warm(index: int | None) -> None:
+def _cuda_context(index: int | None) -> None:
+    import torch
+
     try:
-        import torch
-
         if torch.cuda.is_available():
             torch.cuda.synchronize(index)  # CUDA's init and the primary context of that device
-            from triton.runtime.cache import triton_key  # internal to Triton
+    except RuntimeError:  # the main thread meets it where it needs the device
+        pass
 
-            triton_key()  # functools.lru_cache'd: the kernels' first cache lookup reuses it
+
+def _triton_key() -> None:
+    try:
+        from triton.runtime.cache import triton_key  # internal to Triton; imported already
+
+        triton_key()  # functools.lru_cache'd: the kernels' first cache lookup reuses it
     except (ImportError, OSError, RuntimeError):  # the main thread meets it where it needs it
         pass
+
+
+def _daemon(target, *args) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, name=f"wanscope{target.__name__}", daemon=True)
+    thread.start()
+    return thread
 
 
 def device_index(device: str | None) -> int | None:
@@ -54,7 +61,8 @@ def device_index(device: str | None) -> int | None:
 
 
 def begin(device: str | None, parallel: str | None) -> threading.Thread | None:
-    """Start the module docstring's work for ``--device`` ``device`` on a daemon thread.
+    """Start CUDA's initialization and the primary context of ``--device`` ``device`` on a
+    daemon thread; call it right after ``import torch``, before the engine's other imports.
 
     Nothing starts under ``--parallel`` or torchrun (``LOCAL_RANK`` set: each rank's device is
     chosen later, and a context on another rank's GPU would cost that GPU memory) or where
@@ -63,36 +71,17 @@ def begin(device: str | None, parallel: str | None) -> threading.Thread | None:
     index = device_index(device)
     if parallel is not None or "LOCAL_RANK" in os.environ or index == -1:
         return None
-    thread = threading.Thread(target=_warm, args=(index,), name="wanscope-warm-start", daemon=True)
-    thread.start()
-    return thread
+    return _daemon(_cuda_context, index)
 
 
-def _read_ahead(paths: list[Path]) -> None:
-    for root in paths:
-        files = sorted(root.glob("*.safetensors")) if root.is_dir() else [root]
-        for path in files:
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except OSError:  # the load reports it
-                continue
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-
-
-def read_ahead(paths: Iterable[Path]) -> threading.Thread | None:
-    """Have the kernel read the checkpoint's files into the page cache, ``paths`` (files, or
-    folders: the ``.safetensors`` files in each) in the order given, the order the stages load them, on a
-    daemon thread (``posix_fadvise(POSIX_FADV_WILLNEED)``: the kernel reads ahead of the loads'
-    page faults, so a model's file is read from disk while the models before it load and run).
-    Files already in the page cache cost nothing. Returns the thread, or None where the system
-    has no ``posix_fadvise`` (macOS, Windows)."""
-    if not hasattr(os, "posix_fadvise"):
+def hash_triton() -> threading.Thread | None:
+    """Start computing Triton's key on a daemon thread, where Triton is imported. Call it once
+    the engine's modules are imported and where the main thread mostly waits (``pipeline``:
+    during the text encoding and the DiT's load): the key walks Triton's packages with
+    ``pkgutil.walk_packages``, which imports them, and two threads importing the same modules at
+    once can deadlock in Python's import locks (once, a run that hashed beside the main thread's
+    imports ran SDPA instead of our Hopper kernel); beside the text encoder's load it slowed the
+    load by about as much as it saved. Returns the thread, or None."""
+    if "triton" not in sys.modules:
         return None
-    thread = threading.Thread(target=_read_ahead, args=(list(paths),), name="wanscope-read-ahead", daemon=True)
-    thread.start()
-    return thread
+    return _daemon(_triton_key)

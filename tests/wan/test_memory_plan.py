@@ -120,18 +120,3 @@ def test_the_fast_mode_plans_its_fp8_copies_and_bf16_vae():
     exact = _plan(SMALL, (480, 832), None).estimate_bytes
     fast = _plan(SMALL, (480, 832), None, FastConfig(), torch.bfloat16).estimate_bytes
     assert fast["dit"] > exact["dit"] and fast["vae"] < exact["vae"]
-
-
-def test_the_dit_loads_beside_the_text_encoder_only_where_both_fit():
-    from wanscope.wan.memory_plan import MARGIN_BYTES
-
-    free = _plan(SMALL, (480, 832), None)
-    assert free.dit_beside_text and free.as_dict()["dit_beside_text"] is True
-    sizes = ModelSizes.of(SMALL, torch.bfloat16, None, torch.float32)
-    both = free.estimate_bytes["text_encoder"] + sizes.dit_blocks + sizes.dit_rest + MARGIN_BYTES
-    fits = _plan(SMALL, (480, 832), _budget(both))
-    assert fits.dit_beside_text and "the DiT loaded beside the text encoding" in fits.describe()
-    under = _plan(SMALL, (480, 832), _budget(both - 1))
-    assert (under.text_encoder, under.dit, under.dit_beside_text) == ("resident", "resident", False)
-    assert "each stage on its own" in under.describe()
-    assert not _plan(LARGE, (720, 1280), 24).dit_beside_text  # its DiT streams

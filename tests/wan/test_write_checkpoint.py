@@ -137,24 +137,3 @@ def test_text_width_comes_from_the_checkpoints_encoder_config(folders, tmp_path)
     assert _parts(folder).text_width == 48
     if "official" in folders:
         assert _parts(folders["official"]).text_width == TINY.text_encoder.dim  # the .pth: the preset's
-
-
-def test_the_dit_loaded_beside_the_text_encoding_gives_the_same_video(folders):
-    """``MemoryPlan.dit_beside_text``: the checkpoint's DiT loads on a thread while the text
-    encoder runs; the latents are those of the stages one after another, and the sidecar's
-    stages say what overlapped."""
-    from dataclasses import replace
-
-    from wanscope.wan.memory_plan import plan_memory
-    from wanscope.wan.pipeline import Request, generate
-
-    req = Request("a cat walks on the grass", "blurry", 64, 64, 5, 2, 5.0, 3.0, seed=7)
-    plan = plan_memory(TINY, 64, 64, 5, "auto", 5.0, torch.float32, None, torch.float32, None)
-    results = {}
-    for beside in (False, True):
-        parts = _parts(folders["diffusers"])
-        parts.plan = replace(plan, dit_beside_text=beside)
-        results[beside] = generate(parts, req)
-    assert torch.equal(results[True].latents, results[False].latents)
-    assert "dit_load_wait" in results[True].stage_s and "dit_load_wait" not in results[False].stage_s
-    assert results[True].stage_s["dit_load"] > 0

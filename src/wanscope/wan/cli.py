@@ -139,7 +139,7 @@ def _generate(out, save_latents, fast_spec, **engine):
     if ctx is None:  # before any model loads; a plan that cannot fit stops here
         from wanscope.wan.memory_plan import plan_for
 
-        parts.plan = plan_for(parts, opts.request, opts.dit, opts.memory_budget, dit_beside_text=True)
+        parts.plan = plan_for(parts, opts.request, opts.dit, opts.memory_budget)
     note = RANDOM_NOTE if opts.random_weights else None
     if note and main:
         click.echo(f"wanscope: {note}", err=True)

@@ -14,10 +14,6 @@ placement that fits:
   frame, one spatial tile at a time: ``TILES``, the most tiles last, each costing its halo's
   extra arithmetic).
 
-Where the text encoder and the DiT are both resident and the text stage's estimate plus the
-DiT's weights and ``MARGIN_BYTES`` fit too, the DiT loads from a checkpoint while the text
-encoder runs (``dit_beside_text``: ``pipeline.generate``).
-
 A stage's estimate is the device bytes of its weights as placed plus an upper bound of its
 activations (``_text_activations``, ``_dit_activations``, ``_vae_activations``: the largest
 tensors each holds at once, from its architecture) plus ``MARGIN_BYTES`` for the allocator's
@@ -204,8 +200,7 @@ def vae_label(name: str, tiles: tuple[int, int]) -> str:
 @dataclass(frozen=True)
 class MemoryPlan:
     """The placement of each stage and its estimate (bytes) under ``budget_bytes`` (None: no
-    budget, everything resident); ``vae_tiles``: the VAE's (rows, columns) when it is ``tiled``;
-    ``dit_beside_text``: the DiT may load while the text encoder runs (module docstring)."""
+    budget, everything resident); ``vae_tiles``: the VAE's (rows, columns) when it is ``tiled``."""
 
     budget_bytes: int | None
     text_encoder: str
@@ -213,7 +208,6 @@ class MemoryPlan:
     vae: str
     estimate_bytes: dict[str, int] = field(default_factory=dict)
     vae_tiles: tuple[int, int] = (1, 1)
-    dit_beside_text: bool = False
 
     def placement(self, stage: str) -> str:
         """The stage's placement as shown: ``tiled 1x2`` for a tiled VAE."""
@@ -221,8 +215,11 @@ class MemoryPlan:
 
     def describe(self) -> str:
         """One line, e.g. ``memory plan (budget 8.00 GiB, each stage on its own): text encoder streamed (1.77 GiB), ...``."""
-        together = "the DiT loaded beside the text encoding" if self.dit_beside_text else "each stage on its own"
-        budget = "no budget" if self.budget_bytes is None else f"budget {self.budget_bytes / GIB:.2f} GiB, {together}"
+        budget = (
+            "no budget"
+            if self.budget_bytes is None
+            else f"budget {self.budget_bytes / GIB:.2f} GiB, each stage on its own"
+        )
         parts = [
             f"{name.replace('_', ' ')} {self.placement(name)} ({self.estimate_bytes[name] / GIB:.2f} GiB)"
             for name in STAGES
@@ -231,13 +228,12 @@ class MemoryPlan:
 
     def as_dict(self) -> dict:
         """For the sidecar and ``report.json``: ``budget_bytes``, each stage's placement,
-        ``vae_tiles``, ``estimate_bytes`` and ``dit_beside_text``."""
+        ``vae_tiles`` and ``estimate_bytes``."""
         return {
             "budget_bytes": self.budget_bytes,
             **{name: getattr(self, name) for name in STAGES},
             "vae_tiles": list(self.vae_tiles),
             "estimate_bytes": dict(self.estimate_bytes),
-            "dit_beside_text": self.dit_beside_text,
         }
 
 
@@ -296,22 +292,19 @@ def plan_memory(
             )
         chosen[stage], estimate[stage] = fits[0]
     vae_name, tiles, _ = vae[chosen["vae"]]
-    both = estimate["text_encoder"] + sizes.dit_blocks + sizes.dit_rest + MARGIN_BYTES
-    beside = chosen["text_encoder"] == chosen["dit"] == "resident" and (usable is None or both <= usable)
-    return MemoryPlan(budget_bytes, chosen["text_encoder"], chosen["dit"], vae_name, estimate, tiles, beside)
+    return MemoryPlan(budget_bytes, chosen["text_encoder"], chosen["dit"], vae_name, estimate, tiles)
 
 
-def plan_for(parts, req, dit, budget_gib: float | None, fast="auto", dit_beside_text=False) -> MemoryPlan | None:
+def plan_for(parts, req, dit, budget_gib: float | None, fast="auto") -> MemoryPlan | None:
     """The plan of a run of ``parts`` (``pipeline.Components``) for ``req`` (its ``cfg``
-        resolved or ``auto``) with the DiT ``dit`` (a ``DiTConfig``: the checkpoint's): under
-        ``budget_gib`` or, without one, the CUDA device's free memory now (plus ``CONTEXT_BYTES``:
-        the context, which the query creates, is already out of it); None on the CPU without
-        a budget (nothing to fit). ``dit_beside_text``: the run may load the DiT beside the text
-    encoding (``generate`` does; the plan then says whether it fits), only from a checkpoint. ``fast``: the ``FastConfig`` to plan for (default: ``parts``';
-        ``compare-modes`` plans for its fast mode, the larger).
+    resolved or ``auto``) with the DiT ``dit`` (a ``DiTConfig``: the checkpoint's): under
+    ``budget_gib`` or, without one, the CUDA device's free memory now (plus ``CONTEXT_BYTES``:
+    the context, which the query creates, is already out of it); None on the CPU without
+    a budget (nothing to fit). ``fast``: the ``FastConfig`` to plan for (default: ``parts``';
+    ``compare-modes`` plans for its fast mode, the larger).
 
-        Raises:
-            UsageError: as ``plan_memory``.
+    Raises:
+        UsageError: as ``plan_memory``.
     """
     from dataclasses import replace
 
@@ -321,7 +314,7 @@ def plan_for(parts, req, dit, budget_gib: float | None, fast="auto", dit_beside_
         budget = torch.cuda.mem_get_info(parts.device)[0] + CONTEXT_BYTES
     else:
         return None
-    plan = plan_memory(
+    return plan_memory(
         replace(parts.config, dit=dit),
         req.height,
         req.width,
@@ -333,6 +326,3 @@ def plan_for(parts, req, dit, budget_gib: float | None, fast="auto", dit_beside_
         parts.vae_dtype,
         budget,
     )
-    # random weights are drawn on the global generator: their DiT is built after the encoding
-    beside = plan.dit_beside_text and dit_beside_text and not parts.random_weights
-    return replace(plan, dit_beside_text=beside)

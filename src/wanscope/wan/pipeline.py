@@ -2,8 +2,7 @@
 
 Stages run one after another and each model is loaded just before its stage and released after
 it, so the text encoder, the DiT and the VAE never hold device memory together (the official
-code offloads the same way), except where the memory plan lets a checkpoint's DiT load while
-the text encoder runs (``MemoryPlan.dit_beside_text``, ``load_beside``). The denoising loop reads nothing back from the device: every
+code offloads the same way). The denoising loop reads nothing back from the device: every
 schedule value is a host float or a device tensor built before the loop, and the step index
 comes from the loop. Each step, CFG branch and DiT block part is a named range (``ranges.py``).
 
@@ -16,9 +15,7 @@ from __future__ import annotations
 
 import gc
 import math
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -222,20 +219,6 @@ class Components:
         return detect_layout(self.checkpoint)
 
 
-def load_beside(parts: Components) -> tuple[WanDiT, float]:
-    """``parts.dit()`` for a thread that runs beside the text encoding (``MemoryPlan.dit_beside_text``):
-    on CUDA its copies and kernels on a stream of their own, synchronized before it returns, so
-    the DiT is ready on every stream. Returns the DiT and the load's wall time (s)."""
-    start = time.perf_counter()
-    if parts.device.type != "cuda":
-        return parts.dit(), round(time.perf_counter() - start, 4)
-    side = torch.cuda.Stream(parts.device)
-    with torch.cuda.stream(side):
-        dit = parts.dit()
-    side.synchronize()
-    return dit, round(time.perf_counter() - start, 4)
-
-
 def release() -> None:
     """Free what the caller dropped: collect garbage and return cached device memory."""
     gc.collect()
@@ -333,9 +316,7 @@ class Result:
     allocated and the caching allocator's reserved, bytes, None without CUDA), the DiT's ops
     that ran (``wan.dit.Kernels`` value), the wall time of each stage (``stage_s``:
     ``text_encoder_load``, ``text_encoding``, ``dit_load``, ``denoising``, ``vae_load``,
-    ``vae_decode`` with the frames' conversion, in s; a rank other than 0 has no VAE stages;
-    with the DiT loaded beside the text encoding, ``dit_load`` is that load's own time and
-    ``dit_load_wait`` what was left of it after the encoding) and of each denoising step (``step_s``, s; ``timing.StepTimes``)."""
+    ``vae_decode`` with the frames' conversion, in s; a rank other than 0 has no VAE stages) and of each denoising step (``step_s``, s; ``timing.StepTimes``)."""
 
     frames: torch.Tensor | None
     latents: torch.Tensor
@@ -426,19 +407,14 @@ def generate(
             encoder = parts.text_encoder()
     if device.type == "cuda":  # beside the GPU-bound text encoding and the DiT's copies
         hash_triton()
-    beside = parallel is None and parts.plan is not None and parts.plan.dit_beside_text
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="wanscope-dit-load") as pool:
-        loading = pool.submit(load_beside, parts) if beside else None
-        with stage("text_encoding"):
-            cond, uncond = encode_prompts(parts, req, parallel, encoder=encoder)
-        del encoder
-        release()
-        peaks["text_encoding"], reserved["text_encoding"] = _peak(device)
-        with stage("dit_load_wait" if beside else "dit_load"):
-            if beside:
-                dit, stage.s["dit_load"] = loading.result()
-            else:
-                dit = parts.dit()
+    with stage("text_encoding"):
+        cond, uncond = encode_prompts(parts, req, parallel, encoder=encoder)
+    del encoder
+    release()
+    peaks["text_encoding"], reserved["text_encoding"] = _peak(device)
+
+    with stage("dit_load"):
+        dit = parts.dit()
     kernels = dit.kernels.value
     if parallel is not None:
         shard_dit(parallel, dit)

@@ -22,9 +22,10 @@ def skip_teardown() -> None:
     """End this process, once the command has returned without an error, without the
     interpreter's teardown: ``cli.main`` flushes the standard streams, runs the ``atexit``
     functions and calls ``os._exit(0)``. Freeing every module, tensor and library of a process
-    that imported torch one by one takes about half a second (a ``generate`` on an H200 or a
-    CPU: ``benchmarks/RESULTS.md``, "2026-12-06: time to video") and changes nothing outside it.
-    Only for the process's own command line (``cli.main(None)``), never in-process callers."""
+    that imported torch one by one took about half a second after a ``generate``, on an H200
+    and on a CPU (``benchmarks/RESULTS.md``, "2026-12-06: time to video, the start-up and exit
+    levers"), and changes nothing outside the process. Only for the process's own command line
+    (``cli.main(None)``), never in-process callers."""
     _TEARDOWN["skip"] = True
 
 

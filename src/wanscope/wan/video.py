@@ -127,8 +127,9 @@ def _write_contact_sheet(
     meta = PngInfo()
     if comment:
         meta.add_text("Comment", comment)
-    # zlib level 1: a quarter of the default level's time (the sheet is the last output to
-    # finish; benchmarks/RESULTS.md, "2026-12-06: time to video"), still lossless
+    # zlib level 1, still lossless: the sheet is the last output to finish, and level 6 (PIL's
+    # default) took longer than the MP4's encode beside it (benchmarks/RESULTS.md, "2026-12-06:
+    # time to video, the start-up and exit levers")
     Image.fromarray(sheet).save(path, format="PNG", pnginfo=meta, compress_level=1)
 
 

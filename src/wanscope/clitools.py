@@ -19,19 +19,22 @@ _TEARDOWN = {"skip": False}
 
 
 def skip_teardown() -> None:
-    """End this process, once the command has returned without an error, without the
-    interpreter's teardown: ``cli.main`` flushes the standard streams, runs the ``atexit``
-    functions and calls ``os._exit(0)``. Freeing every module, tensor and library of a process
-    that imported torch one by one took about half a second after a ``generate``, on an H200
-    and on a CPU (``benchmarks/RESULTS.md``, "2026-12-06: time to video, the start-up and exit
-    levers"), and changes nothing outside the process. Only for the process's own command line
-    (``cli.main(None)``), never in-process callers."""
+    """Ask for this process to end, once the command has returned without an error, without
+    the interpreter's teardown: ``cli.main`` then flushes the standard streams, runs the
+    ``atexit`` functions and calls ``os._exit(0)``, but only for the process's own command line
+    (``cli.main()``; a call with ``argv``, as tests make, returns as usual) and not under a
+    CUDA profiler's injection (``CUDA_INJECTION64_PATH``: Nsight Systems and Nsight Compute
+    flush their data in CUDA's own teardown). Freeing every module, tensor and library of a
+    process that imported torch one by one took about half a second after a ``generate``, on an
+    H200 and on a CPU (``benchmarks/RESULTS.md``, "2026-12-06: time to video, the start-up and
+    exit levers"), and changes nothing outside the process."""
     _TEARDOWN["skip"] = True
 
 
-def teardown_skipped() -> bool:
-    """Whether a command called ``skip_teardown``."""
-    return _TEARDOWN["skip"]
+def take_skip_teardown() -> bool:
+    """Whether a command called ``skip_teardown`` since the last call (the request is cleared)."""
+    skip, _TEARDOWN["skip"] = _TEARDOWN["skip"], False
+    return skip
 
 
 def console(stderr: bool = False, **kwargs):

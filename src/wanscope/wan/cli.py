@@ -94,6 +94,9 @@ def generate(out, save_latents, fast_spec, **engine):
         _generate(out, save_latents, fast_spec, **engine)
     except BaseException:
         remove_dirs(created)
+        from wanscope.wan import warm_start
+
+        warm_start.settle()
         raise
 
 

@@ -26,13 +26,16 @@ import sys
 import threading
 
 
-def _cuda_context(index: int | None) -> None:
+def _cuda_context(device: str | None) -> None:
     import torch
 
+    from wanscope.wan.options import parse_device  # imported already by the command
+
     try:
-        if torch.cuda.is_available():
-            torch.cuda.synchronize(index)  # CUDA's init and the primary context of that device
-    except RuntimeError:  # the main thread meets it where it needs the device
+        name = parse_device(device, torch.cuda.device_count())
+        if name != "cpu":
+            torch.cuda.synchronize(torch.device(name))  # CUDA's init and the device's primary context
+    except Exception:  # noqa: BLE001 - the main thread meets it (or refuses the name) where it needs the device
         pass
 
 
@@ -41,7 +44,7 @@ def _triton_key() -> None:
         from triton.runtime.cache import triton_key  # internal to Triton; imported already
 
         triton_key()  # functools.lru_cache'd: the kernels' first cache lookup reuses it
-    except (ImportError, OSError, RuntimeError):  # the main thread meets it where it needs it
+    except Exception:  # noqa: BLE001 - the main thread meets it where it needs it
         pass
 
 
@@ -51,28 +54,31 @@ def _daemon(target, *args) -> threading.Thread:
     return thread
 
 
-def device_index(device: str | None) -> int | None:
-    """The CUDA device that ``--device`` names (None: the current one), or -1 where it names
-    none (``cpu``, or a name that ``parse_device`` will refuse later)."""
-    if device is None or device == "cuda":
-        return None
-    if device.startswith("cuda:") and device[5:].isdigit():
-        return int(device[5:])
-    return -1
+_STARTED: list[threading.Thread] = []  # begin's thread, for settle
 
 
 def begin(device: str | None, parallel: str | None) -> threading.Thread | None:
     """Start CUDA's initialization and the primary context of ``--device`` ``device`` on a
-    daemon thread; call it right after ``import torch``, before the engine's other imports.
+    daemon thread; call it right after ``import torch``, before the engine's other imports. The
+    thread checks the name as the command does (``options.parse_device``) and does nothing for
+    ``cpu`` or a name the command will refuse.
 
     Nothing starts under ``--parallel`` or torchrun (``LOCAL_RANK`` set: each rank's device is
-    chosen later, and a context on another rank's GPU would cost that GPU memory) or where
-    ``device`` names no CUDA device. Returns the thread (callers need not join it), or None.
+    chosen later, and a context on another rank's GPU would cost that GPU memory) or for
+    ``--device cpu``. Returns the thread, or None.
     """
-    index = device_index(device)
-    if parallel is not None or "LOCAL_RANK" in os.environ or index == -1:
+    if parallel is not None or "LOCAL_RANK" in os.environ or (device or "").strip() == "cpu":
         return None
-    return _daemon(_cuda_context, index)
+    thread = _daemon(_cuda_context, device)
+    _STARTED.append(thread)
+    return thread
+
+
+def settle(timeout: float = 60.0) -> None:
+    """Wait (up to ``timeout`` s) for ``begin``'s thread: before a failed run ends, so that the
+    process does not exit while the thread is inside the driver's initialization."""
+    while _STARTED:
+        _STARTED.pop().join(timeout)
 
 
 def hash_triton() -> threading.Thread | None:

@@ -3,6 +3,7 @@ errors for bad input (exit code 2, no traceback, nothing written)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -222,6 +223,7 @@ def _tree(root):
         (".", "is not a file name"),
         ("afile/x.mp4", "afile: exists and is not a directory"),
         ("new/sub/x.png", "the .png written next to the video would overwrite it"),  # new/sub made, then removed
+        (os.fsdecode(b"v\xff.mp4"), "is not UTF-8 text"),  # the sidecar's JSON could not record it
     ],
 )
 def test_output_paths_are_checked_before_any_work(tmp_path, out, message):
@@ -240,6 +242,22 @@ def test_output_paths_are_checked_before_any_work(tmp_path, out, message):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert _tree(tmp_path) == before
+
+
+def test_a_folder_that_cannot_hold_a_file_is_refused_before_any_work(tmp_path, monkeypatch):
+    """As root, os.access calls /proc or a read-only mount writable: a file is tried there."""
+    import tempfile
+
+    def refused(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(tempfile, "mkstemp", refused)
+    r = wanscope(*TINY, "--random-weights", "--out", str(tmp_path / "x.mp4"))
+    assert (r.returncode, r.stderr) == (
+        2,
+        f"wanscope: error: {tmp_path / 'x.mp4'}: its folder cannot hold a new file (Read-only file system)\n",
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_outputs_are_checked_before_torch_is_imported(tmp_path):
@@ -272,6 +290,36 @@ def test_save_latents_cannot_be_an_output(tmp_path):
     )
     assert r.returncode == 2 and "is one of the video's outputs" in r.stderr, r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_latents_that_cannot_be_saved_leave_no_outputs(tmp_path, monkeypatch):
+    """torch's writer fails (a full disk, /proc, as root): one line naming the path, exit 2, and
+    neither the video's outputs nor the latents' temporary file left."""
+
+    def failing_save(obj, f, *args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 704 vs 598")
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    latents = tmp_path / "l.pt"
+    r = wanscope(
+        *TINY, "--random-weights", "--steps", "1", "--out", str(tmp_path / "x.mp4"), "--save-latents", str(latents)
+    )
+    assert r.returncode == 2 and r.stderr.splitlines()[-1] == (
+        f"wanscope: error: {latents}: cannot save the latents: [enforce fail at inline_container.cc:664] . "
+        "unexpected pos 704 vs 598"
+    ), r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_saved_latents_come_with_the_outputs(tmp_path):
+    latents = tmp_path / "l.pt"
+    r = wanscope(
+        *TINY, "--random-weights", "--steps", "1", "--out", str(tmp_path / "x.mp4"), "--save-latents", str(latents)
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == str(latents)
+    assert torch.load(latents).shape[:2] == (1, 16)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.pt", "x.json", "x.mp4", "x.png"]
 
 
 def test_empty_prompt(tmp_path):

@@ -29,13 +29,25 @@ def check_latents_path(path: Path, out: Path) -> None:
     check_target(path)
 
 
-def save_tensor(tensor, path: Path) -> None:
-    """``torch.save`` through a temporary name beside ``path`` (removed if the save fails)."""
+@contextlib.contextmanager
+def saved_tensor(tensor, path: Path):
+    """``torch.save`` of ``tensor`` to a temporary name beside ``path``, moved to ``path`` when
+    the block ends without an error and removed otherwise, so that the latents appear with the
+    video's outputs or not at all.
+
+    Raises:
+        InputError: the save failed (torch's error, or the system's, as one line).
+    """
     import torch
 
     tmp = path.with_name(f".{path.name}.partial")
     try:
-        torch.save(tensor, tmp)
+        try:
+            torch.save(tensor, tmp)
+        except (OSError, RuntimeError) as e:  # torch's writer raises RuntimeError for I/O errors
+            problem = getattr(e, "strerror", None) or str(e).splitlines()[0]
+            raise InputError(path, f"cannot save the latents: {problem}") from None
+        yield
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -200,9 +212,8 @@ def _generate(out, save_latents, fast_spec, **engine):
         "stage_s": result.stage_s,
         "step_s": result.step_s,
     }
-    paths, fallback = write_outputs(result.frames.numpy(), out, opts.config.sampling.fps, info)
-    if save_latents is not None:
-        save_tensor(result.latents, save_latents)
+    with saved_tensor(result.latents, save_latents) if save_latents is not None else contextlib.nullcontext():
+        paths, fallback = write_outputs(result.frames.numpy(), out, opts.config.sampling.fps, info)
     if fallback:
         click.echo(f"wanscope: {fallback}", err=True)
     for p in paths:

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,7 +39,7 @@ def _frames_only(folder: Path) -> bool:
 
 def check_target(path: Path) -> None:
     """Refuse a file path that cannot be written: a directory, a device, FIFO or socket, a missing
-    or unwritable folder.
+    or unwritable folder, or one where no file can be made (tried with a temporary file).
 
     Raises:
         InputError: naming ``path`` and the problem.
@@ -50,13 +51,19 @@ def check_target(path: Path) -> None:
         raise InputError(path, "its folder does not exist")
     if not os.access(path.parent, os.W_OK | os.X_OK):
         raise InputError(path, "its folder is not writable")
+    try:  # what os.access cannot tell root: a read-only or virtual file system (/proc, /sys)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+    except OSError as e:
+        raise InputError(path, f"its folder cannot hold a new file ({e.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def check_outputs(out: Path) -> None:
     """Refuse an MP4 path whose outputs cannot be written, before any work.
 
     Raises:
-        InputError: ``out`` is no file name (``.``, ``..``), ends in ``.png`` or ``.json`` (the
+        InputError: ``out`` is no file name (``.``, ``..``) or not UTF-8 text, ends in ``.png`` or ``.json`` (the
             contact sheet or the sidecar would overwrite the video) or in no ``.mp4``, names a
             device, FIFO or socket, its folder does not exist
             or is not writable, ``out`` or a side file is a directory, or the frames folder
@@ -64,6 +71,10 @@ def check_outputs(out: Path) -> None:
     """
     if out.name in ("", ".", ".."):
         raise InputError(out, "is not a file name; give a path such as video.mp4")
+    try:
+        str(out).encode("utf-8")
+    except UnicodeEncodeError:  # bytes of another encoding: the sidecar's JSON could not hold it
+        raise InputError(out, "is not UTF-8 text; give a UTF-8 path") from None
     if out.suffix.lower() in (".png", ".json"):
         raise InputError(out, f"the {out.suffix} written next to the video would overwrite it; give a .mp4 path")
     sheet, sidecar, frames = side_paths(out)

@@ -1,4 +1,5 @@
-"""A standard output that cannot be written (``cli.py``): one line and exit code 1."""
+"""A standard output that cannot be written (``cli.py``): one line and exit code 1; a standard
+stream closed before the start: no error."""
 
 from __future__ import annotations
 
@@ -29,3 +30,19 @@ def test_a_full_standard_output_is_one_line_and_exit_1(args):
             timeout=HANG_S,
         )
     assert_one_line_error(r, "writing the output: No space left on device", code=1)
+
+
+@pytest.mark.parametrize("args", [["--version"], ["schema", "--format", "json"]], ids=["version", "schema"])
+@pytest.mark.parametrize("closed", [1, 2], ids=["stdout", "stderr"])
+def test_a_standard_stream_closed_before_the_start_is_no_error(args, closed):
+    """``wanscope ... >&-`` or ``2>&-``: Python starts with that stream None; what would go
+    there is dropped, the rest as usual, exit 0."""
+    r = subprocess.run(
+        [sys.executable, "-m", "wanscope", *args],
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+        preexec_fn=lambda: os.close(closed),
+    )
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert (r.stdout == "") == (closed == 1)

@@ -7,6 +7,7 @@ commands never import the engine's heavy dependencies (torch).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import os
 import select
@@ -151,12 +152,17 @@ def _interrupted(ctrl_c_line: str):
     sys.exit(130)
 
 
+def _flush_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # nothing more to save there
+            stream.flush()
+
+
 def _exit_without_teardown() -> None:
     """``clitools.skip_teardown``'s end: the ``atexit`` functions, then exit code 0."""
-    sys.stderr.flush()
+    _flush_streams()
     atexit._run_exitfuncs()  # CPython's own call at interpreter exit
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _flush_streams()
     os._exit(0)
 
 
@@ -166,6 +172,12 @@ def main(argv=None) -> None:
     torchrun, whose launcher owns them (it escalates to SIGKILL; ``parallel/watch.py`` ends
     ranks whose peers died)."""
     own_signals = argv is None and "TORCHELASTIC_RUN_ID" not in os.environ
+    # A standard stream closed before the start (``>&-``): Python sets it to None; what would
+    # go there is discarded, as the caller chose
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")
     finished = False
     if own_signals:
         for signum in (signal.SIGTERM, signal.SIGHUP):

@@ -12,8 +12,7 @@ other, wait on the driver or hash files, which release the GIL:
   process), otherwise computed inside the first denoising step.
 
 Their cost and what the overlap saves: ``benchmarks/RESULTS.md``, "2026-12-06: time to video,
-the start-up and exit levers".
-Results are the same either way: the threads only make process-wide state ready earlier. A main
+the start-up and exit levers". Results are the same either way: the threads only make process-wide state ready earlier. A main
 thread that needs CUDA first waits for the initialization (torch's lazy initialization holds a
 lock); one that needs Triton's key first computes it itself. A failure on a thread is ignored:
 the main thread meets the same error where it would have anyway.

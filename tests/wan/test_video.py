@@ -3,7 +3,9 @@ an interrupt while writing leaves neither temporaries nor a partial set."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 
 import numpy as np
 import pytest
@@ -35,6 +37,17 @@ def test_an_interrupt_leaves_nothing(tmp_path, monkeypatch, failing):
         video.write_outputs(FRAMES, tmp_path / "x.mp4", 16, {})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json"]
     assert (tmp_path / "x.json").read_text() == "{}"
+
+
+def test_a_full_disk_names_the_output_and_leaves_nothing(tmp_path, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # a write part-way: no file named
+
+    monkeypatch.setattr(video, "_write_contact_sheet", full)
+    with pytest.raises(OSError) as e:
+        video.write_outputs(FRAMES, tmp_path / "x.mp4", 16, {})
+    assert (e.value.errno, e.value.filename) == (errno.ENOSPC, str(tmp_path / "x.mp4"))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_check_outputs_refuses_an_unwritable_folder(tmp_path, monkeypatch):

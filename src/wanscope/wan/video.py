@@ -164,6 +164,10 @@ def write_outputs(frames: np.ndarray, out: Path, fps: int, info: dict) -> tuple[
 
     Returns:
         The paths written and a note when the MP4 fell back to PNG frames (else None).
+
+    Raises:
+        OSError: a write failed (its ``filename`` is ``out`` where the system named no file);
+            no output is left changed.
     """
     comment = info.get("note") or "wanscope generate"
     sheet, sidecar, frames_folder = side_paths(out)
@@ -206,6 +210,10 @@ def write_outputs(frames: np.ndarray, out: Path, fps: int, info: dict) -> tuple[
             if final.is_dir():  # our earlier PNG frames (check_outputs)
                 shutil.rmtree(final)
             os.replace(tmp, final)
+    except OSError as e:
+        if e.filename is None:  # a write that failed part-way (a full disk): name the output
+            e.filename = str(out)
+        raise
     finally:
         for tmp, _ in staged:
             _remove(tmp)

@@ -17,6 +17,7 @@ import click
 from wanscope.clitools import skip_teardown
 from wanscope.errors import InputError, UsageError
 from wanscope.wan import cli_options as opt
+from wanscope.wan import warm_start
 from wanscope.wan.options import RANDOM_NOTE, engine_allocator, require_engine
 
 
@@ -106,16 +107,12 @@ def generate(out, save_latents, fast_spec, **engine):
         _generate(out, save_latents, fast_spec, **engine)
     except BaseException:
         remove_dirs(created)
-        from wanscope.wan import warm_start
-
         warm_start.settle()
         raise
 
 
 def _generate(out, save_latents, fast_spec, **engine):
     import torch
-
-    from wanscope.wan import warm_start
 
     warm_start.begin(engine["device"], engine["parallel"])  # before the engine's other imports
     from wanscope.wan.attention import parse_backend, resolve_backend
